@@ -1,0 +1,55 @@
+#include "core/log.h"
+#include "core/error.h"
+
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+
+namespace h5d {
+
+void rethrow_with_context(const std::string& context) {
+  try {
+    throw;
+  } catch (const Error& e) {
+    throw Error(e.code(), context + ": " + e.what());
+  } catch (const std::bad_alloc&) {
+    throw Error(ENOMEM, context + ": out of memory");
+  } catch (const std::exception& e) {
+    throw Error(EIO, context + ": " + e.what());
+  }
+}
+
+namespace log {
+namespace {
+std::mutex g_mu;  // guards g_sink
+Sink g_sink;
+std::atomic<bool> g_debug{false};
+const char* level_name(Level l) {
+  switch (l) {
+    case Level::Debug: return "debug";
+    case Level::Info: return "info";
+    case Level::Warn: return "warning";
+    case Level::Error: return "error";
+  }
+  return "?";
+}
+}  // namespace
+
+void set_sink(Sink sink) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  g_sink = std::move(sink);
+}
+void set_debug(bool on) { g_debug = on; }
+bool debug_enabled() { return g_debug.load(std::memory_order_relaxed); }
+
+void write(Level level, const std::string& msg) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  if (g_sink) {
+    g_sink(level, msg);
+  } else {
+    std::fprintf(stderr, "h5direct: %s: %s\n", level_name(level), msg.c_str());
+  }
+}
+
+}  // namespace log
+}  // namespace h5d
