@@ -5,6 +5,7 @@
 // and bad signatures throw h5d::Error(EIO) with the structure and address named.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -81,15 +82,27 @@ class ChunkMap {
   // extent). A second record for the same chunk throws Error(EIO) (a corrupt index).
   void set(const uint64_t* scaled, const ChunkLoc& loc);
   uint64_t allocated() const { return allocated_; }
-  template <class Fn>  // fn(linear_index, const ChunkLoc&) for every allocated chunk
+  template <class Fn>  // fn(linear_index, const ChunkLoc&) for every allocated chunk, in order
   void for_each(Fn&& fn) const {
+    if (sparse_mode_) {
+      for (const auto& kv : sparse_) fn(kv.first, kv.second);
+      return;
+    }
     for (uint64_t i = 0; i < dense_.size(); ++i)
       if (dense_[i].addr != kUndefAddr) fn(i, dense_[i]);
   }
+  // Grids above this many chunks are kept sparse (a map of the allocated chunks only).
+  static constexpr uint64_t kDenseLimit = uint64_t(1) << 22;
+  // Most allocated chunks a sparse map accepts (EFBIG beyond).
+  static constexpr uint64_t kSparseLimit = uint64_t(1) << 26;
+  bool sparse() const { return sparse_mode_; }
 
  private:
   Shape grid_;
-  std::vector<ChunkLoc> dense_;  // grid_size() entries
+  std::vector<ChunkLoc> dense_;  // grid_size() entries (dense mode)
+  std::map<uint64_t, ChunkLoc> sparse_;  // allocated chunks only (sparse mode)
+  bool sparse_mode_ = false;
+  uint64_t grid_size_ = 0;
   uint64_t allocated_ = 0;
 };
 

@@ -1,0 +1,78 @@
+#include "core/array.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace h5d {
+
+MemoryArray::MemoryArray(Shape shape, DType dtype, std::vector<uint8_t> bytes, std::string what)
+    : shape_(std::move(shape)), dtype_(std::move(dtype)), bytes_(std::move(bytes)), what_(std::move(what)) {
+  if (bytes_.size() != product(shape_) * dtype_.itemsize)
+    fail(EINVAL, what_ + ": memory array size does not match its shape");
+}
+
+void MemoryArray::plan(const Region& r, const DestView& dst, ReadPlan& plan) const {
+  if (r.empty()) return;
+  auto src_strides = c_strides(shape_, dtype_.itemsize);
+  const uint8_t* src = bytes_.data();
+  for (size_t k = 0; k < r.start.size(); ++k) src += r.start[k] * src_strides[k];
+  Region region = r;
+  DestView d = dst;
+  const size_t itemsize = dtype_.itemsize;
+  plan.add([region, d, src, src_strides, itemsize] {
+    copy_region(region.count, itemsize, src, src_strides, d.base, d.strides);
+  });
+}
+
+ConcatArray::ConcatArray(std::vector<Part> parts, Shape trailing, DType dtype, std::string what)
+    : parts_(std::move(parts)), dtype_(std::move(dtype)), what_(std::move(what)) {
+  uint64_t rows = 0;
+  for (const auto& p : parts_) {
+    if (p.end < p.begin) fail(EINVAL, what_ + ": part with end before begin");
+    const Shape& s = p.array->shape();
+    if (s.empty() || p.end > s[0]) fail(EIO, what_ + ": part rows beyond " + p.array->describe());
+    if (Shape(s.begin() + 1, s.end()) != trailing)
+      fail(EIO, what_ + ": " + p.array->describe() + " has a different row shape");
+    if (p.array->dtype().itemsize != dtype_.itemsize)
+      fail(EIO, what_ + ": " + p.array->describe() + " has a different element size");
+    offsets_.push_back(rows);
+    rows += p.end - p.begin;
+  }
+  shape_.push_back(rows);
+  shape_.insert(shape_.end(), trailing.begin(), trailing.end());
+}
+
+template <class Fn>
+void ConcatArray::for_each_part(const Region& r, Fn&& fn) const {
+  const uint64_t r0 = r.start[0], r1 = r.start[0] + r.count[0];
+  // First part whose output rows end after r0.
+  auto it = std::upper_bound(offsets_.begin(), offsets_.end(), r0);
+  size_t i = (it == offsets_.begin()) ? 0 : size_t(it - offsets_.begin()) - 1;
+  for (; i < parts_.size() && offsets_[i] < r1; ++i) {
+    const Part& p = parts_[i];
+    const uint64_t lo = std::max(r0, offsets_[i]);
+    const uint64_t hi = std::min(r1, offsets_[i] + (p.end - p.begin));
+    if (hi <= lo) continue;
+    Region sub = r;
+    sub.start[0] = p.begin + (lo - offsets_[i]);
+    sub.count[0] = hi - lo;
+    fn(p, sub, lo - r0);
+  }
+}
+
+void ConcatArray::plan(const Region& r, const DestView& dst, ReadPlan& plan) const {
+  if (r.empty()) return;
+  for_each_part(r, [&](const Part& p, const Region& sub, uint64_t out_row) {
+    DestView d = dst;
+    d.base += static_cast<int64_t>(out_row) * dst.strides[0];
+    p.array->plan(sub, d, plan);
+  });
+}
+
+void ConcatArray::plan_prefetch(const Region& r, ReadPlan& plan) const {
+  if (r.empty()) return;
+  for_each_part(r, [&](const Part& p, const Region& sub, uint64_t) { p.array->plan_prefetch(sub, plan); });
+}
+
+}  // namespace h5d

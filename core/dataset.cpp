@@ -1,0 +1,362 @@
+#include "core/dataset.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/chunk_cache.h"
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/fd_cache.h"
+#include "core/h5lib.h"
+#include "core/log.h"
+
+namespace h5d {
+
+ArrayPtr make_virtual_array(Engine& engine, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st);
+ArrayPtr make_library_array(Engine& engine, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st,
+                            const std::string& reason);
+
+namespace {
+
+std::string coords_str(const Shape& c) {
+  std::string s = "(";
+  for (size_t i = 0; i < c.size(); ++i) s += (i ? "," : "") + std::to_string(c[i]);
+  return s + ")";
+}
+
+class DatasetArray : public Array {
+ public:
+  DatasetArray(Engine& engine, std::shared_ptr<const DatasetInfo> info)
+      : engine_(engine), info_(std::move(info)), what_(info_->file + ":" + info_->path) {}
+  const Shape& shape() const override { return info_->shape; }
+  const DType& dtype() const override { return info_->dtype; }
+  std::string describe() const override { return what_; }
+
+ protected:
+  Engine& engine_;
+  std::shared_ptr<const DatasetInfo> info_;
+  std::string what_;
+};
+
+// One contiguous byte run: `n` bytes at file offset `src` go to `dst`.
+struct Run {
+  uint64_t src;
+  uint8_t* dst;
+  uint64_t n;
+};
+
+// Cuts region `r` of a C-order block of `shape` stored at file offset `addr` into runs that are
+// contiguous both in the file and in `dst`.
+void collect_runs(uint64_t addr, const Shape& shape, size_t itemsize, const Region& r, const DestView& dst,
+                  std::vector<Run>& runs) {
+  const size_t rank = shape.size();
+  if (rank == 0) {
+    runs.push_back({addr, dst.base, itemsize});
+    return;
+  }
+  const auto sst = c_strides(shape, itemsize);
+  size_t inner = rank;
+  uint64_t run = itemsize;
+  while (inner > 0) {
+    size_t k = inner - 1;
+    if (dst.strides[k] != static_cast<int64_t>(run) || sst[k] != static_cast<int64_t>(run)) break;
+    run *= r.count[k];
+    inner = k;
+  }
+  if (inner == rank) {  // destination not contiguous even in its last dimension: element runs
+    inner = rank - 1;
+    run = itemsize;
+  }
+  Shape idx(inner, 0);
+  const size_t n_outer = inner;
+  for (;;) {
+    uint64_t s = addr;
+    uint8_t* d = dst.base;
+    for (size_t k = 0; k < rank; ++k) s += r.start[k] * static_cast<uint64_t>(sst[k]);
+    for (size_t k = 0; k < n_outer; ++k) {
+      s += idx[k] * static_cast<uint64_t>(sst[k]);
+      d += static_cast<int64_t>(idx[k]) * dst.strides[k];
+    }
+    if (inner == rank - 1 && run == itemsize && r.count[rank - 1] > 1 && dst.strides[rank - 1] != static_cast<int64_t>(itemsize)) {
+      for (uint64_t i = 0; i < r.count[rank - 1]; ++i)
+        runs.push_back({s + i * itemsize, d + static_cast<int64_t>(i) * dst.strides[rank - 1], itemsize});
+    } else {
+      if (!runs.empty() && runs.back().src + runs.back().n == s && runs.back().dst + runs.back().n == d)
+        runs.back().n += run;
+      else
+        runs.push_back({s, d, run});
+    }
+    size_t k = n_outer;
+    for (;;) {
+      if (k == 0) return;
+      --k;
+      if (++idx[k] < r.count[k]) break;
+      idx[k] = 0;
+    }
+  }
+}
+
+// Turns runs into pool tasks of about `split` bytes each (large runs are cut).
+void plan_runs(Engine& engine, const std::string& path, const std::string& what, std::vector<Run>& runs,
+               ReadPlan& plan) {
+  const uint64_t split = std::max<uint64_t>(engine.options().contiguous_split, 64 * 1024);
+  std::vector<Run> batch;
+  uint64_t batch_bytes = 0;
+  auto flush = [&] {
+    if (batch.empty()) return;
+    plan.add([&engine, path, what, b = std::move(batch)] {
+      auto fd = engine.fds().get(path);
+      for (const Run& r : b) {
+        pread_exact(fd->fd(), r.dst, r.n, r.src, what);
+        engine.stats().bytes_pread.fetch_add(r.n, std::memory_order_relaxed);
+      }
+    });
+    batch.clear();
+    batch_bytes = 0;
+  };
+  for (Run r : runs) {
+    while (r.n > split) {
+      flush();
+      batch.push_back({r.src, r.dst, split});
+      batch_bytes = split;
+      flush();
+      r.src += split;
+      r.dst += split;
+      r.n -= split;
+    }
+    if (batch_bytes + r.n > split) flush();
+    batch.push_back(r);
+    batch_bytes += r.n;
+  }
+  flush();
+}
+
+class ContiguousArray final : public DatasetArray {
+ public:
+  ContiguousArray(Engine& e, std::shared_ptr<const DatasetInfo> info, uint64_t addr)
+      : DatasetArray(e, std::move(info)), addr_(addr) {}
+
+  void plan(const Region& r, const DestView& dst, ReadPlan& plan) const override {
+    if (r.empty()) return;
+    if (addr_ == fmt::kUndefAddr) {  // storage never allocated: fill value
+      auto fill = info_->fill_value;
+      plan.add([r, dst, fill] { fill_region(r.count, fill, dst.base, dst.strides); });
+      return;
+    }
+    std::vector<Run> runs;
+    collect_runs(addr_, shape(), dtype().itemsize, r, dst, runs);
+    if (log::debug_enabled()) log::debug("read " + what_ + ": direct (contiguous)");
+    plan_runs(engine_, info_->file, what_, runs, plan);
+  }
+
+ private:
+  uint64_t addr_;
+};
+
+class ChunkedArray final : public DatasetArray {
+ public:
+  ChunkedArray(Engine& e, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st)
+      : DatasetArray(e, std::move(info)), st_(st), array_id_(ChunkCache::new_array_id()) {
+    ds_rank_ = st.ds_rank;
+    chunk_ext_ = info_->chunks;  // chunk dims over the dataspace, then the folded array dims
+    for (size_t k = ds_rank_; k < info_->shape.size(); ++k) chunk_ext_.push_back(info_->shape[k]);
+    chunk_bytes_ = product(chunk_ext_) * info_->dtype.itemsize;
+    filtered_ = !info_->filters.empty();
+  }
+
+  void plan(const Region& r, const DestView& dst, ReadPlan& plan) const override {
+    if (r.empty()) return;
+    const ChunkContext& ctx = context();
+    for_each_chunk(r, [&](const Shape& cc, uint64_t lin, const Region& sub) {
+      DestView d = dst;
+      for (size_t k = 0; k < sub.start.size(); ++k)
+        d.base += static_cast<int64_t>(sub.start[k] - r.start[k]) * dst.strides[k];
+      Region in_chunk = sub;
+      for (size_t k = 0; k < ds_rank_; ++k) in_chunk.start[k] -= cc[k] * chunk_ext_[k];
+      const fmt::ChunkLoc* loc = ctx.map.find(lin);
+      if (!loc) {
+        auto fill = info_->fill_value;
+        plan.add([in_chunk, d, fill] { fill_region(in_chunk.count, fill, d.base, d.strides); });
+        return;
+      }
+      if (!needs_decode(cc, *loc)) {
+        std::vector<Run> runs;
+        collect_runs(loc->addr, chunk_ext_, dtype().itemsize, in_chunk, d, runs);
+        plan_runs(engine_, info_->file, what_, runs, plan);
+        return;
+      }
+      fmt::ChunkLoc l = *loc;
+      plan.add([this, cc, lin, l, in_chunk, d] {
+        ChunkBytes bytes = get_chunk(cc, lin, l);
+        copy_region(in_chunk.count, dtype().itemsize,
+                    bytes->data() + offset_in_chunk(in_chunk.start), c_strides(chunk_ext_, dtype().itemsize),
+                    d.base, d.strides);
+      });
+    });
+    if (log::debug_enabled()) log::debug("read " + what_ + ": direct (chunked, " + info_->chunk_index + ")");
+  }
+
+  void plan_prefetch(const Region& r, ReadPlan& plan) const override {
+    if (r.empty() || !filtered_) return;
+    const ChunkContext& ctx = context();
+    for_each_chunk(r, [&](const Shape& cc, uint64_t lin, const Region&) {
+      const fmt::ChunkLoc* loc = ctx.map.find(lin);
+      if (!loc || !needs_decode(cc, *loc)) return;
+      if (engine_.cache().contains(ChunkKey{array_id_, lin})) return;
+      fmt::ChunkLoc l = *loc;
+      plan.add([this, cc, lin, l] {
+        try {
+          get_chunk(cc, lin, l);
+          engine_.stats().chunks_prefetched.fetch_add(1, std::memory_order_relaxed);
+        } catch (const std::exception&) {
+          // The reader that asks for this chunk gets (and logs) the error.
+        }
+      });
+    });
+  }
+
+  // Exposed for tests and benchmarks: the chunk map (loads it on first use).
+  const fmt::ChunkMap& chunk_map() const { return context().map; }
+
+ private:
+  struct ChunkContext {
+    fmt::ChunkMap map;
+    fmt::LayoutInfo layout;
+  };
+
+  const ChunkContext& context() const {
+    std::lock_guard<std::mutex> lk(ctx_mu_);
+    if (!ctx_) {
+      auto ctx = std::make_unique<ChunkContext>();
+      try {
+        auto fd = engine_.fds().get(info_->file);
+        ctx->layout = fmt::read_layout(*fd, st_.geo, st_.ohdr_addr);
+        Shape dims(info_->shape.begin(), info_->shape.begin() + ds_rank_);
+        Shape maxdims(info_->maxshape.begin(), info_->maxshape.begin() + ds_rank_);
+        const uint64_t h5_elem_size = chunk_bytes_ / std::max<uint64_t>(1, product(info_->chunks));
+        ctx->map = fmt::read_chunk_map(*fd, st_.geo, ctx->layout, dims, maxdims, h5_elem_size, filtered_);
+      } catch (...) {
+        rethrow_with_context(what_ + ": chunk index");
+      }
+      ctx_ = std::move(ctx);
+    }
+    return *ctx_;
+  }
+
+  template <class Fn>
+  void for_each_chunk(const Region& r, Fn&& fn) const {
+    const size_t rank = ds_rank_;
+    Shape c0(rank), c1(rank);
+    for (size_t k = 0; k < rank; ++k) {
+      c0[k] = r.start[k] / chunk_ext_[k];
+      c1[k] = (r.start[k] + r.count[k] - 1) / chunk_ext_[k];
+    }
+    const fmt::ChunkMap& map = context().map;
+    Shape cc = c0;
+    for (;;) {
+      Region chunk;
+      chunk.start.resize(r.start.size());
+      chunk.count.resize(r.start.size());
+      for (size_t k = 0; k < r.start.size(); ++k) {
+        if (k < rank) {
+          chunk.start[k] = cc[k] * chunk_ext_[k];
+          chunk.count[k] = chunk_ext_[k];
+        } else {
+          chunk.start[k] = 0;
+          chunk.count[k] = info_->shape[k];
+        }
+      }
+      Region sub;
+      if (intersect(chunk, r, sub)) fn(cc, rank ? map.linear(cc.data()) : 0, sub);
+      size_t k = rank;
+      bool done = true;
+      while (k > 0) {
+        --k;
+        if (++cc[k] <= c1[k]) {
+          done = false;
+          break;
+        }
+        cc[k] = c0[k];
+      }
+      if (done) return;
+    }
+  }
+
+  bool is_partial_edge(const Shape& cc) const {
+    for (size_t k = 0; k < ds_rank_; ++k)
+      if ((cc[k] + 1) * chunk_ext_[k] > info_->shape[k]) return true;
+    return false;
+  }
+
+  // Unfiltered chunks (no pipeline, every filter skipped, or an unfiltered partial edge chunk)
+  // are read straight from the file.
+  bool needs_decode(const Shape& cc, const fmt::ChunkLoc& loc) const {
+    if (!filtered_) return false;
+    const uint32_t all = info_->filters.size() >= 32 ? ~0u : ((1u << info_->filters.size()) - 1);
+    if ((loc.filter_mask & all) == all) return false;
+    if (context().layout.dont_filter_partial_edge_chunks && is_partial_edge(cc)) return false;
+    return true;
+  }
+
+  uint64_t offset_in_chunk(const Shape& start) const {
+    auto st = c_strides(chunk_ext_, dtype().itemsize);
+    uint64_t off = 0;
+    for (size_t k = 0; k < start.size(); ++k) off += start[k] * static_cast<uint64_t>(st[k]);
+    return off;
+  }
+
+  ChunkBytes get_chunk(const Shape& cc, uint64_t lin, const fmt::ChunkLoc& loc) const {
+    bool hit = false;
+    ChunkBytes b = engine_.cache().get_or_load(ChunkKey{array_id_, lin}, [&] { return decode(cc, loc); }, &hit);
+    (hit ? engine_.stats().cache_hits : engine_.stats().cache_misses).fetch_add(1, std::memory_order_relaxed);
+    return b;
+  }
+
+  ChunkBytes decode(const Shape& cc, const fmt::ChunkLoc& loc) const {
+    try {
+      if (loc.size > (uint64_t(1) << 34)) fail_data("stored chunk size " + std::to_string(loc.size) + " is implausible");
+      auto fd = engine_.fds().get(info_->file);
+      thread_local std::vector<uint8_t> in;
+      in.resize(loc.size);
+      pread_exact(fd->fd(), in.data(), loc.size, loc.addr, info_->file);
+      engine_.stats().bytes_pread.fetch_add(loc.size, std::memory_order_relaxed);
+      auto out = std::make_shared<std::vector<uint8_t>>();
+      decode_chunk(info_->filters, loc.filter_mask, info_->dtype.itemsize, in, chunk_bytes_, *out);
+      engine_.stats().chunks_decoded.fetch_add(1, std::memory_order_relaxed);
+      if (in.capacity() > (64u << 20)) std::vector<uint8_t>().swap(in);
+      return out;
+    } catch (...) {
+      rethrow_with_context(what_ + ": chunk " + coords_str(cc) + " at file offset " + std::to_string(loc.addr) +
+                           " (" + std::to_string(loc.size) + " bytes)");
+    }
+  }
+
+  StorageInfo st_;
+  uint64_t array_id_;
+  size_t ds_rank_ = 0;
+  Shape chunk_ext_;
+  uint64_t chunk_bytes_ = 0;
+  bool filtered_ = false;
+  mutable std::mutex ctx_mu_;  // guards ctx_ creation
+  mutable std::unique_ptr<ChunkContext> ctx_;
+};
+
+}  // namespace
+
+ArrayPtr make_dataset_array(Engine& engine, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st) {
+  if (!info->is_array) fail(EINVAL, info->file + ":" + info->path + ": not an array: " + info->why_not_array);
+  if (st.library_only) return make_library_array(engine, info, st, st.library_reason);
+  if (info->layout == "contiguous") {
+    if (st.external) return make_library_array(engine, info, st, "external raw storage");
+    return std::make_shared<ContiguousArray>(engine, info, st.contiguous_addr);
+  }
+  if (info->layout == "chunked") {
+    std::string why;
+    if (!pipeline_supported(info->filters, &why)) return make_library_array(engine, info, st, why);
+    return std::make_shared<ChunkedArray>(engine, info, st);
+  }
+  if (info->layout == "virtual") return make_virtual_array(engine, info, st);
+  return make_library_array(engine, info, st, info->layout + " storage");
+}
+
+}  // namespace h5d

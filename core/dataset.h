@@ -1,0 +1,25 @@
+// Arrays over one HDF5 dataset, by storage layout:
+//   ContiguousArray  one byte range in the file: pread straight into the destination, large
+//                    ranges split into parallel jobs;
+//   ChunkedArray     chunk map read from the file itself (h5format/), each touched chunk read
+//                    and decoded on the pool through the decoded-chunk cache;
+//   VirtualArray     VDS mappings followed to their source datasets, read the same ways;
+//   LibraryArray     H5Dread under the HDF5 lock, for what has no direct path (compact
+//                    storage, external storage, filters without a decoder, unusual VDS).
+#pragma once
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/array.h"
+#include "core/h5file.h"
+#include "core/h5format/chunk_index.h"
+
+namespace h5d {
+
+class Engine;
+
+
+ArrayPtr make_dataset_array(Engine& engine, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st);
+
+}  // namespace h5d

@@ -1,0 +1,86 @@
+// The engine: the shared machinery every array reads through (thread pool, descriptor cache,
+// decoded-chunk cache, counters) and the entry points that turn byte ranges into bytes.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "core/array.h"
+#include "core/threadpool.h"
+
+namespace h5d {
+
+class FdCache;
+class ChunkCache;
+class H5File;
+
+struct EngineOptions {
+  unsigned threads = std::thread::hardware_concurrency();  // decode threads
+  uint64_t cache_bytes = 0;        // decoded-chunk cache budget; 0 = default (1/8 of RAM, <= 4 GiB)
+  unsigned max_open_files = 128;   // descriptors kept open (HDF5 handles are bounded alike)
+  uint64_t contiguous_split = 8ull << 20;  // large contiguous reads are split into jobs this size
+  uint64_t merge_gap = 0;          // uncompressed chunks closer than this are read in one pread
+  bool vds_missing_fill = false;   // true: a missing VDS source reads as fill (libhdf5's way)
+  unsigned prefetch_max_chunks = 64;  // sequential prefetch window cap
+};
+
+// Counters shown in .h5direct/stats.json. Relaxed atomics: they are statistics, not state.
+struct Stats {
+  std::atomic<uint64_t> bytes_served{0};
+  std::atomic<uint64_t> reads{0};
+  std::atomic<uint64_t> chunks_decoded{0};
+  std::atomic<uint64_t> chunks_prefetched{0};
+  std::atomic<uint64_t> cache_hits{0};
+  std::atomic<uint64_t> cache_misses{0};
+  std::atomic<uint64_t> bytes_pread{0};
+  std::atomic<uint64_t> library_reads{0};
+  std::atomic<uint64_t> errors{0};
+
+  void note_fallback(const std::string& reason);
+  std::map<std::string, uint64_t> fallbacks() const;
+
+ private:
+  mutable std::mutex mu_;  // guards fallbacks_
+  std::map<std::string, uint64_t> fallbacks_;
+};
+
+class Engine {
+ public:
+  explicit Engine(EngineOptions opts);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const EngineOptions& options() const { return opts_; }
+  ThreadPool& pool() { return *pool_; }
+  FdCache& fds() { return *fds_; }
+  ChunkCache& cache() { return *cache_; }
+  Stats& stats() { return stats_; }
+
+  // Opens an HDF5 file (or returns the one already open). Throws Error(ENOENT/EIO/...).
+  std::shared_ptr<H5File> open_file(const std::string& path);
+
+  // Reads bytes [off, off+len) of the C-order bytes of `a` into `out`: every chunk, file and
+  // part touched is read and decoded concurrently. Errors carry file, dataset and chunk.
+  void read_bytes(const Array& a, uint64_t off, uint64_t len, uint8_t* out);
+  // Reads region `r` of `a` into a strided destination.
+  void read_region(const Array& a, const Region& r, const DestView& dst);
+  // Starts decoding the chunks under bytes [off, off+len) in the background (never blocks; does
+  // nothing when the pool is saturated).
+  void prefetch_bytes(const Array& a, uint64_t off, uint64_t len);
+
+ private:
+  EngineOptions opts_;
+  Stats stats_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<FdCache> fds_;
+  std::unique_ptr<ChunkCache> cache_;
+  std::mutex files_mu_;  // guards files_
+  std::map<std::string, std::shared_ptr<H5File>> files_;
+};
+
+}  // namespace h5d

@@ -1,0 +1,211 @@
+#include "core/euxfel/h5meta.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/h5file.h"
+#include "core/h5lib.h"
+
+namespace h5d::euxfel::meta {
+namespace {
+
+using h5::Handle;
+
+// Every intermediate link of `path` must exist before H5Oexists_by_name may be asked.
+bool exists_locked(hid_t fid, const std::string& path) {
+  if (path.empty() || path == "/") return true;
+  size_t pos = 0;
+  while (true) {
+    size_t next = path.find('/', pos + 1);
+    std::string prefix = path.substr(0, next);
+    if (!prefix.empty() && prefix != "/") {
+      htri_t l = H5Lexists(fid, prefix.c_str(), H5P_DEFAULT);
+      if (l <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return false;
+      }
+      htri_t o = H5Oexists_by_name(fid, prefix.c_str(), H5P_DEFAULT);
+      if (o <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return false;
+      }
+    }
+    if (next == std::string::npos) return true;
+    pos = next;
+  }
+}
+
+H5O_type_t type_locked(hid_t fid, const std::string& path) {
+  if (!exists_locked(fid, path)) return H5O_TYPE_UNKNOWN;
+  H5O_info_t info;
+  if (H5Oget_info_by_name2(fid, path.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return H5O_TYPE_UNKNOWN;
+  }
+  return info.type;
+}
+
+template <class T>
+std::vector<T> read_ints(H5File& f, const std::string& path, uint64_t n, hid_t memtype) {
+  h5::init_library();
+  h5::Lock lk = h5::lock();
+  hid_t fid = static_cast<hid_t>(f.handle());
+  if (!exists_locked(fid, path)) fail(ENOENT, f.path() + ":" + path + ": no such dataset");
+  Handle d = h5::check(H5Dopen2(fid, path.c_str(), H5P_DEFAULT), f.path() + ":" + path);
+  Handle space = h5::check(H5Dget_space(d.get()), "H5Dget_space");
+  int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0) h5::fail_h5(EIO, f.path() + ":" + path);
+  std::vector<hsize_t> dims(std::max(rank, 1), 1);
+  if (rank > 0) H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  uint64_t count = rank == 0 ? 1 : std::min<uint64_t>(n, dims[0]);
+  std::vector<T> out(count);
+  if (count == 0) return out;
+  if (rank > 0) {
+    std::vector<hsize_t> start(rank, 0), cnt(rank, 1);
+    cnt[0] = count;
+    h5::check(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, cnt.data(),
+                                  nullptr),
+              "H5Sselect_hyperslab");
+  }
+  hsize_t mdim = count;
+  Handle mspace = h5::check(H5Screate_simple(1, &mdim, nullptr), "H5Screate_simple");
+  h5::check(H5Dread(d.get(), memtype, mspace.get(), space.get(), H5P_DEFAULT, out.data()),
+            f.path() + ":" + path + ": read");
+  return out;
+}
+
+struct VisitState {
+  std::vector<std::string> names;
+};
+
+herr_t visit_cb(hid_t, const char* name, const H5O_info_t* info, void* data) {
+  if (info->type == H5O_TYPE_DATASET) static_cast<VisitState*>(data)->names.emplace_back(name);
+  return 0;
+}
+
+herr_t member_cb(hid_t, const char* name, const H5L_info_t*, void* data) {
+  static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+  return 0;
+}
+
+}  // namespace
+
+bool exists(H5File& f, const std::string& path) {
+  h5::init_library();
+  h5::Lock lk = h5::lock();
+  return exists_locked(static_cast<hid_t>(f.handle()), path);
+}
+
+bool is_dataset(H5File& f, const std::string& path) {
+  h5::init_library();
+  h5::Lock lk = h5::lock();
+  return type_locked(static_cast<hid_t>(f.handle()), path) == H5O_TYPE_DATASET;
+}
+
+bool is_group(H5File& f, const std::string& path) {
+  h5::init_library();
+  h5::Lock lk = h5::lock();
+  return type_locked(static_cast<hid_t>(f.handle()), path) == H5O_TYPE_GROUP;
+}
+
+std::string soft_link_target(H5File& f, const std::string& path) {
+  h5::init_library();
+  h5::Lock lk = h5::lock();
+  hid_t fid = static_cast<hid_t>(f.handle());
+  size_t slash = path.find_last_of('/');
+  std::string parent = slash == 0 ? "/" : path.substr(0, slash);
+  if (!exists_locked(fid, parent)) return "";
+  if (H5Lexists(fid, path.c_str(), H5P_DEFAULT) <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return "";
+  }
+  H5L_info_t info;
+  if (H5Lget_info(fid, path.c_str(), &info, H5P_DEFAULT) < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return "";
+  }
+  if (info.type != H5L_TYPE_SOFT) return "";
+  std::string buf(info.u.val_size + 1, '\0');
+  if (H5Lget_val(fid, path.c_str(), buf.data(), buf.size(), H5P_DEFAULT) < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return "";
+  }
+  buf.resize(std::strlen(buf.c_str()));
+  return buf;
+}
+
+std::vector<uint64_t> read_u64(H5File& f, const std::string& path, uint64_t n) {
+  return read_ints<uint64_t>(f, path, n, H5T_NATIVE_UINT64);
+}
+
+std::vector<int64_t> read_i64(H5File& f, const std::string& path, uint64_t n) {
+  return read_ints<int64_t>(f, path, n, H5T_NATIVE_INT64);
+}
+
+std::vector<std::string> read_strings(H5File& f, const std::string& path) {
+  h5::init_library();
+  h5::Lock lk = h5::lock();
+  hid_t fid = static_cast<hid_t>(f.handle());
+  if (!exists_locked(fid, path)) fail(ENOENT, f.path() + ":" + path + ": no such dataset");
+  Handle d = h5::check(H5Dopen2(fid, path.c_str(), H5P_DEFAULT), f.path() + ":" + path);
+  Handle ftype = h5::check(H5Dget_type(d.get()), "H5Dget_type");
+  if (H5Tget_class(ftype.get()) != H5T_STRING)
+    fail(EINVAL, f.path() + ":" + path + ": not a string dataset");
+  Handle space = h5::check(H5Dget_space(d.get()), "H5Dget_space");
+  hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  std::vector<std::string> out;
+  if (n <= 0) return out;
+  out.reserve(n);
+  if (H5Tis_variable_str(ftype.get()) > 0) {
+    Handle mtype = h5::check(H5Tcopy(H5T_C_S1), "H5Tcopy");
+    H5Tset_size(mtype.get(), H5T_VARIABLE);
+    H5Tset_cset(mtype.get(), H5Tget_cset(ftype.get()));
+    std::vector<char*> ptrs(n, nullptr);
+    h5::check(H5Dread(d.get(), mtype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()),
+              f.path() + ":" + path + ": read");
+    for (char* p : ptrs) out.emplace_back(p ? p : "");
+    H5Dvlen_reclaim(mtype.get(), space.get(), H5P_DEFAULT, ptrs.data());
+  } else {
+    size_t sz = H5Tget_size(ftype.get());
+    Handle mtype = h5::check(H5Tcopy(H5T_C_S1), "H5Tcopy");
+    H5Tset_size(mtype.get(), sz);
+    H5Tset_strpad(mtype.get(), H5T_STR_NULLPAD);
+    std::vector<char> buf(sz * n);
+    h5::check(H5Dread(d.get(), mtype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()),
+              f.path() + ":" + path + ": read");
+    for (hssize_t i = 0; i < n; ++i) {
+      const char* p = buf.data() + i * sz;
+      out.emplace_back(p, strnlen(p, sz));
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> list_datasets(H5File& f, const std::string& group_path) {
+  h5::init_library();
+  h5::Lock lk = h5::lock();
+  hid_t fid = static_cast<hid_t>(f.handle());
+  VisitState st;
+  if (type_locked(fid, group_path) != H5O_TYPE_GROUP) return st.names;
+  if (H5Ovisit_by_name2(fid, group_path.c_str(), H5_INDEX_NAME, H5_ITER_INC, visit_cb, &st,
+                        H5O_INFO_BASIC, H5P_DEFAULT) < 0)
+    h5::fail_h5(EIO, f.path() + ":" + group_path + ": visit");
+  std::sort(st.names.begin(), st.names.end());
+  return st.names;
+}
+
+std::vector<std::string> list_members(H5File& f, const std::string& group_path) {
+  h5::init_library();
+  h5::Lock lk = h5::lock();
+  hid_t fid = static_cast<hid_t>(f.handle());
+  std::vector<std::string> names;
+  if (type_locked(fid, group_path) != H5O_TYPE_GROUP) return names;
+  Handle g = h5::check(H5Gopen2(fid, group_path.c_str(), H5P_DEFAULT), group_path);
+  if (H5Literate(g.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, member_cb, &names) < 0)
+    h5::fail_h5(EIO, f.path() + ":" + group_path + ": iterate");
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace h5d::euxfel::meta

@@ -1,0 +1,40 @@
+// Small metadata reads for the EuXFEL run model, straight through libhdf5 under the HDF5 lock:
+// whole INDEX arrays with one H5Dread each (converted to 64-bit integers by the library), string
+// lists from METADATA, the datasets under a group in one H5Ovisit, and link kinds. Never used
+// for bulk data: key arrays read through H5File::dataset_array (the direct path).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace h5d {
+class H5File;
+}
+
+namespace h5d::euxfel::meta {
+
+// True when `path` names an existing object (links followed; dangling links are false).
+bool exists(H5File& f, const std::string& path);
+// True when `path` is a dataset / a group.
+bool is_dataset(H5File& f, const std::string& path);
+bool is_group(H5File& f, const std::string& path);
+
+// Soft link target of `path` ("" when it is not a soft link or does not exist).
+std::string soft_link_target(H5File& f, const std::string& path);
+
+// Elements [0, min(n, extent)) of a 1-d (or first column of an n-d) integer dataset, converted
+// by libhdf5 to uint64 / int64. n = ~0: the whole extent. Throws Error(ENOENT) when missing.
+std::vector<uint64_t> read_u64(H5File& f, const std::string& path, uint64_t n = ~0ull);
+std::vector<int64_t> read_i64(H5File& f, const std::string& path, uint64_t n = ~0ull);
+
+// A 1-d string dataset (variable or fixed length) as strings; empty strings kept.
+std::vector<std::string> read_strings(H5File& f, const std::string& path);
+
+// Paths (relative to group_path, '/'-separated) of every dataset below group_path, sorted.
+// Soft links are followed for group_path itself; inside it, objects are visited once each.
+std::vector<std::string> list_datasets(H5File& f, const std::string& group_path);
+
+// Names of the direct members of a group (any kind), sorted; empty when it is not a group.
+std::vector<std::string> list_members(H5File& f, const std::string& group_path);
+
+}  // namespace h5d::euxfel::meta

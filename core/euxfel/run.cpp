@@ -1,0 +1,774 @@
+#include "core/euxfel/run.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <regex>
+#include <set>
+
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/euxfel/h5meta.h"
+#include "core/h5file.h"
+#include "core/log.h"
+
+namespace h5d::euxfel {
+namespace {
+
+const std::regex& seq_name_re() {
+  // FileAccess.euxfel_filename_pattern: ([A-Z]+)-R\d{4}-(\w+)-S(\d{5}).h5
+  static const std::regex re(R"(^([A-Z]+)-R(\d{4})-(\w+)-S(\d{5})\.h5$)");
+  return re;
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// .h5 files of a run directory as EXtra-data's RunDirectory lists them (overview.h5 excluded,
+// case-insensitively), sorted by name. Our own extension: *-OVERVIEW.h5 is not a data file.
+std::vector<std::string> h5_files_in(const std::string& dir, bool exclude_overviews) {
+  std::vector<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  if (!d) fail(errno ? errno : ENOENT, dir + ": cannot list directory");
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (!ends_with(n, ".h5")) continue;
+    if (lower(n) == "overview.h5") continue;
+    if (exclude_overviews && ends_with(n, "-OVERVIEW.h5")) continue;
+    names.push_back(n);
+  }
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+uint64_t file_size(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return ~0ull;
+  return static_cast<uint64_t>(st.st_size);
+}
+
+std::string join(const std::string& dir, const std::string& name) {
+  if (!dir.empty() && dir.back() == '/') return dir + name;
+  return dir + "/" + name;
+}
+
+DType u64_dtype() {
+  DType t;
+  t.typestr = "<u8";
+  t.itemsize = 8;
+  return t;
+}
+
+ArrayPtr u64_array(const std::vector<uint64_t>& v, const std::string& what) {
+  std::vector<uint8_t> bytes(v.size() * 8);
+  if (!v.empty()) std::memcpy(bytes.data(), v.data(), bytes.size());  // little-endian host
+  return std::make_shared<MemoryArray>(Shape{v.size()}, u64_dtype(), std::move(bytes), what);
+}
+
+// FileAccess._guess_valid_trains (format 0.5: no INDEX/flag): a monotonic sequence with the
+// fewest trains flagged.
+std::vector<uint8_t> guess_valid_trains(const std::vector<uint64_t>& t) {
+  size_t n = t.size();
+  std::vector<uint8_t> flag(n, 1);
+  for (size_t ix = 0; ix + 1 < n; ++ix) {
+    if (!(t[ix + 1] <= t[ix])) continue;
+    size_t before = 0, after = 0;
+    for (size_t i = 0; i <= ix; ++i) before += t[i] >= t[ix + 1];
+    for (size_t i = ix + 1; i < n; ++i) after += t[i] <= t[ix];
+    if (before < after) {
+      for (size_t i = 0; i <= ix; ++i)
+        if (t[i] >= t[ix + 1]) flag[i] = 0;
+    } else {
+      for (size_t i = ix + 1; i < n; ++i)
+        if (t[i] <= t[ix]) flag[i] = 0;
+    }
+  }
+  return flag;
+}
+
+bool same_dtype(const DType& a, const DType& b) {
+  return a.typestr == b.typestr && a.itemsize == b.itemsize && a.fields.size() == b.fields.size();
+}
+
+// A key over the run: the ConcatArray of its blocks, built on the first read (that is when the
+// dataset in every file is opened).
+class LazyKeyArray final : public Array {
+ public:
+  struct Part {
+    std::string file;
+    uint64_t first = 0, rows = 0;
+  };
+  LazyKeyArray(Engine& engine, std::string dset_path, std::vector<Part> parts, Shape entry,
+               DType dtype, std::string what)
+      : engine_(engine), dset_path_(std::move(dset_path)), parts_(std::move(parts)),
+        entry_(std::move(entry)), dtype_(std::move(dtype)), what_(std::move(what)) {
+    uint64_t rows = 0;
+    for (const Part& p : parts_) rows += p.rows;
+    shape_.push_back(rows);
+    shape_.insert(shape_.end(), entry_.begin(), entry_.end());
+  }
+  const Shape& shape() const override { return shape_; }
+  const DType& dtype() const override { return dtype_; }
+  void plan(const Region& r, const DestView& dst, ReadPlan& plan) const override {
+    resolved()->plan(r, dst, plan);
+  }
+  void plan_prefetch(const Region& r, ReadPlan& plan) const override {
+    resolved()->plan_prefetch(r, plan);
+  }
+  std::string describe() const override { return what_; }
+
+ private:
+  std::shared_ptr<const ConcatArray> resolved() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (concat_) return concat_;
+    std::vector<ConcatArray::Part> out;
+    for (const Part& p : parts_) {
+      if (p.rows == 0) continue;
+      ArrayPtr a;
+      try {
+        a = engine_.open_file(p.file)->dataset_array(dset_path_);
+      } catch (...) {
+        rethrow_with_context(what_ + ": " + p.file);
+      }
+      const Shape& s = a->shape();
+      if (s.empty() || !same_dtype(a->dtype(), dtype_) ||
+          !std::equal(s.begin() + 1, s.end(), entry_.begin(), entry_.end()))
+        fail_data(what_ + ": " + p.file + ":" + dset_path_ +
+                  " has a different dtype or entry shape than the run's first file");
+      if (p.first + p.rows > s[0])
+        fail_data(what_ + ": " + p.file + ":" + dset_path_ + ": INDEX names rows [" +
+                  std::to_string(p.first) + ", " + std::to_string(p.first + p.rows) +
+                  ") but the dataset has " + std::to_string(s[0]));
+      if (!out.empty() && out.back().array == a && out.back().end == p.first) {
+        out.back().end = p.first + p.rows;  // contiguous blocks of one dataset: one part
+      } else {
+        out.push_back({a, p.first, p.first + p.rows});
+      }
+    }
+    concat_ = std::make_shared<ConcatArray>(std::move(out), entry_, dtype_, what_);
+    return concat_;
+  }
+
+  Engine& engine_;
+  std::string dset_path_;
+  std::vector<Part> parts_;
+  Shape entry_, shape_;
+  DType dtype_;
+  std::string what_;
+  mutable std::mutex mu_;  // guards concat_
+  mutable std::shared_ptr<const ConcatArray> concat_;
+};
+
+std::string first_string(const Value& v) {
+  if (v.kind == Value::Kind::String) return v.s;
+  if (v.kind == Value::Kind::List && !v.items.empty()) return first_string(v.items[0]);
+  return "";
+}
+
+Value first_element(const Value& v) {
+  if (v.kind == Value::Kind::List && !v.items.empty()) return v.items[0];
+  return v;
+}
+
+}  // namespace
+
+bool is_sequence_file_name(const std::string& basename) {
+  return std::regex_match(basename, seq_name_re());
+}
+
+bool is_run_file(H5File& f) {
+  return meta::is_group(f, "/INDEX") && meta::is_group(f, "/METADATA");
+}
+
+bool looks_like_run_dir(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (!d) return false;
+  bool found = false;
+  while (dirent* e = readdir(d)) {
+    if (is_sequence_file_name(e->d_name)) {
+      found = true;
+      break;
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+bool looks_like_run_dir_deep(Engine& engine, const std::string& dir) {
+  if (looks_like_run_dir(dir)) return true;
+  try {
+    for (const std::string& n : h5_files_in(dir, true)) {
+      auto f = engine.open_file(join(dir, n));
+      return is_run_file(*f) && meta::exists(*f, "/INDEX/trainId");
+    }
+  } catch (const std::exception&) {
+  }
+  return false;
+}
+
+std::string find_valid_overview(Engine& engine, const std::string& dir, std::string* why_not) {
+  std::vector<std::string> candidates{join(dir, "overview.h5")};
+  // voview_paths_for_run: <prop>/(raw|proc)/r####  ->  <prop>/usr/.extra_data/RAW-R####-OVERVIEW.h5
+  char* real = realpath(dir.c_str(), nullptr);
+  std::string rdir = real ? real : dir;
+  free(real);
+  static const std::regex run_re(R"(^(.+)/(raw|proc)/(r\d+)/?$)");
+  std::smatch m;
+  if (std::regex_match(rdir, m, run_re)) {
+    std::string kind = m[2].str(), run = m[3].str();
+    for (char& c : kind) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    for (char& c : run) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    candidates.push_back(m[1].str() + "/usr/.extra_data/" + kind + "-" + run + "-OVERVIEW.h5");
+  }
+  // Our extension: an overview file kept inside the run directory under its usual name.
+  try {
+    DIR* d = opendir(dir.c_str());
+    if (d) {
+      while (dirent* e = readdir(d)) {
+        std::string n = e->d_name;
+        if (ends_with(n, "-OVERVIEW.h5")) candidates.push_back(join(dir, n));
+      }
+      closedir(d);
+    }
+  } catch (...) {
+  }
+  std::string reasons;
+  for (const std::string& c : candidates) {
+    struct stat st;
+    if (stat(c.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    try {
+      auto f = engine.open_file(c);
+      int64_t version = 0;
+      for (const auto& [name, v] : f->attributes("/")) {
+        if (name != "virtual_overview_version") continue;
+        Value x = first_element(v);
+        version = x.kind == Value::Kind::Int ? x.i : x.kind == Value::Kind::UInt ? int64_t(x.u) : 0;
+      }
+      if (version > 1) {
+        reasons += c + ": virtual_overview_version " + std::to_string(version) + " > 1; ";
+        continue;
+      }
+      std::vector<std::string> names = meta::read_strings(*f, "/.source_files/names");
+      std::vector<uint64_t> sizes = meta::read_u64(*f, "/.source_files/sizes");
+      if (names.size() != sizes.size()) {
+        reasons += c + ": .source_files names and sizes differ in length; ";
+        continue;
+      }
+      std::vector<std::string> now = h5_files_in(dir, false);
+      // EXtra-data stores base names (older versions stored absolute paths: compare base names).
+      std::vector<std::string> stored;
+      for (const std::string& n : names) stored.push_back(n.substr(n.find_last_of('/') + 1));
+      std::vector<std::string> stored_sorted = stored;
+      std::sort(stored_sorted.begin(), stored_sorted.end());
+      std::vector<std::string> now_data;
+      for (const std::string& n : now)
+        if (join(dir, n) != c) now_data.push_back(n);
+      if (stored_sorted != now_data) {
+        reasons += c + ": the run's files differ from .source_files; ";
+        continue;
+      }
+      bool ok = true;
+      for (size_t i = 0; i < stored.size() && ok; ++i)
+        if (file_size(join(dir, stored[i])) != sizes[i]) ok = false;
+      if (!ok) {
+        reasons += c + ": a file's size differs from .source_files; ";
+        continue;
+      }
+      return c;
+    } catch (const std::exception& e) {
+      reasons += c + ": " + e.what() + "; ";
+    }
+  }
+  if (why_not) *why_not = reasons;
+  return "";
+}
+
+// ---------------------------------------------------------------------------------------------
+
+Run::Run(Engine& engine, std::string dir, RunOptions opts)
+    : engine_(engine), dir_(std::move(dir)), opts_(opts) {}
+
+std::shared_ptr<Run> Run::open(Engine& engine, const std::string& dir, RunOptions opts) {
+  std::shared_ptr<Run> run(new Run(engine, dir, opts));
+  std::vector<std::string> paths;
+  if (opts.use_overview) {
+    std::string why;
+    run->overview_ = find_valid_overview(engine, dir, &why);
+    if (run->overview_.empty() && !why.empty())
+      log::info("euxfel: " + dir + ": overview file not used: " + why);
+  }
+  if (!run->overview_.empty()) {
+    paths.push_back(run->overview_);
+  } else {
+    for (const std::string& n : h5_files_in(dir, true)) paths.push_back(join(dir, n));
+  }
+  run->load_files(paths);
+  if (run->files_.empty()) fail(ENOENT, dir + ": no readable EuXFEL data files");
+  run->build_sources();
+  return run;
+}
+
+void Run::load_files(const std::vector<std::string>& paths) {
+  for (const std::string& path : paths) {
+    SequenceFile sf;
+    sf.path = path;
+    sf.name = path.substr(path.find_last_of('/') + 1);
+    sf.size = file_size(path);
+    try {
+      auto f = engine_.open_file(path);
+      if (!meta::exists(*f, "/INDEX/trainId")) fail(EIO, "INDEX/trainId dataset not found");
+      if (meta::is_dataset(*f, "/METADATA/dataFormatVersion")) {
+        auto v = meta::read_strings(*f, "/METADATA/dataFormatVersion");
+        sf.format_version = v.empty() ? "0.5" : v[0];
+      } else {
+        sf.format_version = "0.5";
+      }
+      std::vector<uint64_t> tid = meta::read_u64(*f, "/INDEX/trainId");
+      for (uint64_t t : tid)
+        if (t != 0) sf.train_ids.push_back(t);
+      if (sf.format_version == "0.5") {
+        sf.valid = guess_valid_trains(sf.train_ids);
+      } else if (meta::is_dataset(*f, "/INDEX/flag")) {
+        std::vector<int64_t> flag = meta::read_i64(*f, "/INDEX/flag", sf.train_ids.size());
+        sf.valid.assign(sf.train_ids.size(), 1);
+        for (size_t i = 0; i < sf.train_ids.size(); ++i) {
+          bool v = i < flag.size() ? flag[i] != 0 : true;
+          if (sf.format_version == "1.1") v = !v;  // 1.1 stored an index: 0 = valid
+          sf.valid[i] = v;
+        }
+      } else {
+        sf.valid.assign(sf.train_ids.size(), 1);
+        note_error(sf.name + ": format " + sf.format_version +
+                   " without INDEX/flag: all trains taken as valid");
+      }
+      std::string src_path = sf.format_version == "0.5" ? "/METADATA/dataSourceId"
+                                                         : "/METADATA/dataSources/dataSourceId";
+      if (!meta::is_dataset(*f, src_path)) fail(EIO, src_path + " not found");
+      std::set<std::string> control, instrument;
+      for (const std::string& id : meta::read_strings(*f, src_path)) {
+        if (id.empty()) continue;
+        size_t slash = id.find('/');
+        std::string category = id.substr(0, slash);
+        std::string h5src = slash == std::string::npos ? "" : id.substr(slash + 1);
+        if (category == "INSTRUMENT") {
+          size_t colon = h5src.find(':');
+          std::string device = h5src.substr(0, colon);
+          std::string chan_grp = colon == std::string::npos ? "" : h5src.substr(colon + 1);
+          std::string chan = chan_grp.substr(0, chan_grp.find('/'));
+          std::string source = device + ":" + chan;
+          if (instrument.insert(source).second) {
+            std::string target = meta::soft_link_target(*f, "/INSTRUMENT/" + source);
+            if (!target.empty()) {
+              // "/INSTRUMENT/<canonical>" -> "<canonical>"
+              std::string rest = target.substr(1);
+              size_t s2 = rest.find('/');
+              sf.legacy[source] = s2 == std::string::npos ? "" : rest.substr(s2 + 1);
+            }
+          }
+        } else if (category == "CONTROL") {
+          control.insert(h5src);
+        } else if (category == "Karabo_TimerServer") {
+          // format 1.1 pseudo-source: ignored as EXtra-data does
+        } else {
+          fail(EIO, "Unknown data category '" + category + "'");
+        }
+      }
+      sf.control_sources.assign(control.begin(), control.end());
+      sf.instrument_sources.assign(instrument.begin(), instrument.end());
+      if (files_.empty()) {
+        // Run metadata from the first file (DataCollection.run_metadata uses files[0]).
+        format_version_ = sf.format_version;
+        if (sf.format_version == "0.5") {
+          metadata_values_.emplace_back("dataFormatVersion", Value::string("0.5"));
+        } else {
+          for (const std::string& n : meta::list_members(*f, "/METADATA")) {
+            std::string p = "/METADATA/" + n;
+            if (!meta::is_dataset(*f, p)) continue;
+            try {
+              metadata_values_.emplace_back(n, first_element(f->read_value(p, 1000)));
+            } catch (const std::exception& e) {
+              log::debug("euxfel: " + path + ":" + p + ": " + e.what());
+            }
+          }
+        }
+      }
+    } catch (const std::exception& e) {
+      // DataCollection.from_paths: "Skipping file ..." and goes on with the others.
+      note_error("skipping " + sf.name + ": " + e.what());
+      continue;
+    }
+    files_.push_back(std::move(sf));
+  }
+}
+
+void Run::build_sources() {
+  std::set<uint64_t> tids;
+  for (size_t i = 0; i < files_.size(); ++i) {
+    const SequenceFile& f = files_[i];
+    for (size_t t = 0; t < f.train_ids.size(); ++t)
+      if (opts_.inc_suspect_trains || f.valid[t]) tids.insert(f.train_ids[t]);
+    auto add = [&](const std::string& name, Section sec) {
+      Source& s = sources_[name];
+      if (s.files_.empty()) {
+        s.name_ = name;
+        s.section_ = sec;
+      } else if (s.section_ != sec) {
+        note_error(name + " is a CONTROL source in one file and INSTRUMENT in another (" + f.name +
+                   ")");
+        return;
+      }
+      s.files_.push_back(i);
+      auto it = f.legacy.find(name);
+      if (it != f.legacy.end()) s.alias_of_ = it->second;
+    };
+    for (const std::string& s : f.control_sources) add(s, Section::Control);
+    for (const std::string& s : f.instrument_sources) add(s, Section::Instrument);
+  }
+  train_ids_.assign(tids.begin(), tids.end());
+  train_ids_array_ = u64_array(train_ids_, dir_ + ": run train IDs");
+
+  // DataCollection._check_source_conflicts: the same train twice for one source.
+  for (auto& [name, s] : sources_) {
+    std::vector<uint64_t> all;
+    for (size_t fi : s.files_) {
+      const SequenceFile& f = files_[fi];
+      for (size_t t = 0; t < f.train_ids.size(); ++t)
+        if (opts_.inc_suspect_trains || f.valid[t]) all.push_back(f.train_ids[t]);
+    }
+    std::sort(all.begin(), all.end());
+    for (size_t i = 1; i < all.size(); ++i)
+      if (all[i] == all[i - 1] && (s.duplicates_.empty() || s.duplicates_.back() != all[i]))
+        s.duplicates_.push_back(all[i]);
+    if (!s.duplicates_.empty()) {
+      std::string list;
+      for (size_t i = 0; i < s.duplicates_.size() && i < 10; ++i)
+        list += (i ? ", " : "") + std::to_string(s.duplicates_[i]);
+      if (s.duplicates_.size() > 10) list += ", ...";
+      note_error(name + ": conflicting data: " + std::to_string(s.duplicates_.size()) +
+                 " train ID(s) occur more than once across its files (" + list +
+                 "); EXtra-data refuses such a run; rows are shown as stored, in file order");
+    }
+  }
+
+  // Proposal and run number: file names, METADATA, then the path.
+  std::smatch m;
+  for (const SequenceFile& f : files_) {
+    if (std::regex_match(f.name, m, seq_name_re())) {
+      run_number_ = std::stoll(m[2].str());
+      break;
+    }
+  }
+  for (const auto& [k, v] : metadata_values_) {
+    Value x = first_element(v);
+    int64_t n = x.kind == Value::Kind::Int ? x.i : x.kind == Value::Kind::UInt ? int64_t(x.u) : -1;
+    if (k == "proposalNumber" && n >= 0) proposal_ = n;
+    if (k == "runNumber" && n >= 0 && run_number_ < 0) run_number_ = n;
+  }
+  if (proposal_ < 0) {
+    static const std::regex prop_re(R"((^|/)p(\d{6})(/|$))");
+    if (std::regex_search(dir_, m, prop_re)) proposal_ = std::stoll(m[2].str());
+  }
+  if (run_number_ < 0) {
+    static const std::regex run_re(R"((^|/)r(\d{4})/?$)");
+    if (std::regex_search(dir_, m, run_re)) run_number_ = std::stoll(m[2].str());
+  }
+}
+
+void Run::note_error(const std::string& msg) {
+  log::warn("euxfel: " + dir_ + ": " + msg);
+  std::lock_guard<std::mutex> lk(mu_);
+  errors_.push_back(msg);
+}
+
+std::vector<std::string> Run::errors() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return errors_;
+}
+
+std::vector<std::string> Run::source_names() const {
+  std::vector<std::string> out;
+  for (const auto& [n, s] : sources_) out.push_back(n);
+  return out;
+}
+
+const Source& Run::source(const std::string& name) const {
+  auto it = sources_.find(name);
+  if (it == sources_.end()) fail(ENOENT, dir_ + ": no source " + name);
+  return it->second;
+}
+
+Source& Run::source_mut(const std::string& name) {
+  auto it = sources_.find(name);
+  if (it == sources_.end()) fail(ENOENT, dir_ + ": no source " + name);
+  return it->second;
+}
+
+void Run::load_keys_locked(Source& s) {
+  if (s.keys_loaded_) return;
+  s.keys_loaded_ = true;
+  // SourceData.keys(): "Only one file is used to find the keys" (the first of the source).
+  const SequenceFile& sf = files_[s.files_.front()];
+  std::string section = s.is_control() ? "CONTROL" : "INSTRUMENT";
+  std::string data_name = s.alias_of_.empty() ? s.name_ : s.alias_of_;
+  std::string base = "/" + section + "/" + data_name;
+  try {
+    auto f = engine_.open_file(sf.path);
+    for (const std::string& rel : meta::list_datasets(*f, base)) {
+      KeyInfo k;
+      k.name = rel;
+      std::replace(k.name.begin(), k.name.end(), '/', '.');
+      k.dset_path = base + "/" + rel;
+      k.group = s.is_control() ? "" : k.name.substr(0, k.name.find('.'));
+      auto info = f->dataset_info(k.dset_path);
+      k.is_array = info->is_array;
+      k.why_not_array = info->why_not_array;
+      k.hdf5_type = info->hdf5_type;
+      k.dtype = info->dtype;
+      if (!info->shape.empty()) k.entry_shape.assign(info->shape.begin() + 1, info->shape.end());
+      k.attrs = info->attrs;
+      if (s.is_control() && ends_with(k.name, ".value")) {
+        // KeyData._find_attributes: CONTROL attributes live on the parent group (and win).
+        std::string parent = k.dset_path.substr(0, k.dset_path.find_last_of('/'));
+        for (auto& [an, av] : f->attributes(parent)) {
+          auto it = std::find_if(k.attrs.begin(), k.attrs.end(),
+                                 [&](const auto& p) { return p.first == an; });
+          if (it != k.attrs.end()) it->second = av;
+          else k.attrs.emplace_back(an, av);
+        }
+      }
+      if (!k.is_array) k.small_value = info->small_value;
+      s.keys_.push_back(std::move(k));
+    }
+  } catch (const std::exception& e) {
+    s.keys_error_ = e.what();
+    errors_.push_back(s.name_ + ": cannot list keys: " + e.what());
+    log::warn("euxfel: " + dir_ + ": " + s.name_ + ": cannot list keys: " + e.what());
+  }
+  std::sort(s.keys_.begin(), s.keys_.end(),
+            [](const KeyInfo& a, const KeyInfo& b) { return a.name < b.name; });
+}
+
+std::shared_ptr<const GroupIndex> Run::group_index_locked(Source& s, const std::string& group) {
+  auto it = s.groups_.find(group);
+  if (it != s.groups_.end()) return it->second;
+  auto gi = std::make_shared<GroupIndex>();
+  std::string idx = "/INDEX/" + (s.alias_of_.empty() ? s.name_ : s.alias_of_) +
+                    (group.empty() ? "" : "/" + group);
+  for (size_t fi : s.files_) {
+    const SequenceFile& sf = files_[fi];
+    size_t n = sf.train_ids.size();
+    if (n == 0) continue;  // KeyData._find_chunks skips files without trains
+    std::vector<uint64_t> firsts, counts;
+    try {
+      auto f = engine_.open_file(sf.path);
+      firsts = meta::read_u64(*f, idx + "/first", n);
+      if (meta::is_dataset(*f, idx + "/count")) {
+        counts = meta::read_u64(*f, idx + "/count", n);
+      } else {
+        // Format 0.1: count = (last - first + 1) * status
+        std::vector<int64_t> last = meta::read_i64(*f, idx + "/last", n);
+        std::vector<int64_t> status = meta::read_i64(*f, idx + "/status", n);
+        size_t m = std::min({firsts.size(), last.size(), status.size()});
+        counts.resize(m);
+        for (size_t i = 0; i < m; ++i)
+          counts[i] = static_cast<uint64_t>((last[i] - int64_t(firsts[i]) + 1) * status[i]);
+      }
+    } catch (const std::exception& e) {
+      std::string msg = s.name_ + " " + (group.empty() ? "" : group + " ") + "in " + sf.name +
+                        ": cannot read INDEX: " + e.what() + " (file left out)";
+      gi->errors.push_back(msg);
+      errors_.push_back(msg);
+      log::warn("euxfel: " + dir_ + ": " + msg);
+      continue;
+    }
+    size_t m = std::min({n, firsts.size(), counts.size()});
+    if (m < n) {
+      std::string msg = s.name_ + " " + group + " in " + sf.name + ": INDEX has " +
+                        std::to_string(m) + " entries for " + std::to_string(n) +
+                        " trains (trains without entries left out)";
+      gi->errors.push_back(msg);
+      errors_.push_back(msg);
+    }
+    // KeyData._find_chunks: contiguous runs of included trains; each block reads rows
+    // [first of its first train, + sum of its counts).
+    size_t i = 0;
+    while (i < m) {
+      bool inc = opts_.inc_suspect_trains || sf.valid[i];
+      if (!inc) {
+        ++i;
+        continue;
+      }
+      size_t j = i;
+      while (j < m && (opts_.inc_suspect_trains || sf.valid[j])) ++j;
+      Block b;
+      b.file = fi;
+      b.first = firsts[i];
+      b.train0 = sf.train_ids[i];
+      b.train_ids.assign(sf.train_ids.begin() + i, sf.train_ids.begin() + j);
+      b.counts.assign(counts.begin() + i, counts.begin() + j);
+      for (uint64_t c : b.counts) b.rows += c;
+      gi->blocks.push_back(std::move(b));
+      i = j;
+    }
+  }
+  // sorted(..., key=lambda c: c.train_ids[0]) is stable; ties keep file (name) order.
+  std::stable_sort(gi->blocks.begin(), gi->blocks.end(),
+                   [](const Block& a, const Block& b) { return a.train0 < b.train0; });
+  std::vector<uint64_t> row_tids;
+  gi->counts_per_run_train.assign(train_ids_.size(), 0);
+  for (const Block& b : gi->blocks) {
+    gi->rows += b.rows;
+    for (size_t k = 0; k < b.train_ids.size(); ++k) {
+      row_tids.insert(row_tids.end(), b.counts[k], b.train_ids[k]);
+      auto pos = std::lower_bound(train_ids_.begin(), train_ids_.end(), b.train_ids[k]);
+      if (pos != train_ids_.end() && *pos == b.train_ids[k])
+        gi->counts_per_run_train[pos - train_ids_.begin()] += b.counts[k];
+    }
+  }
+  gi->row_train_ids = u64_array(row_tids, dir_ + ": " + s.name_ + " " + group + " train IDs");
+  s.groups_[group] = gi;
+  return gi;
+}
+
+std::vector<KeyInfo> Run::keys(const std::string& source) {
+  std::lock_guard<std::mutex> lk(mu_);
+  Source& s = source_mut(source);
+  load_keys_locked(s);
+  std::vector<KeyInfo> out = s.keys_;
+  for (KeyInfo& k : out) k.rows = group_index_locked(s, k.group)->rows;
+  return out;
+}
+
+KeyInfo Run::key(const std::string& source, const std::string& key) {
+  std::lock_guard<std::mutex> lk(mu_);
+  Source& s = source_mut(source);
+  load_keys_locked(s);
+  auto it = std::lower_bound(s.keys_.begin(), s.keys_.end(), key,
+                             [](const KeyInfo& a, const std::string& k) { return a.name < k; });
+  if (it == s.keys_.end() || it->name != key) fail(ENOENT, dir_ + ": " + source + " has no key " + key);
+  KeyInfo out = *it;
+  out.rows = group_index_locked(s, out.group)->rows;
+  return out;
+}
+
+std::vector<std::string> Run::index_groups(const std::string& source) {
+  std::lock_guard<std::mutex> lk(mu_);
+  Source& s = source_mut(source);
+  if (s.is_control()) return {""};
+  load_keys_locked(s);
+  std::set<std::string> g;
+  for (const KeyInfo& k : s.keys_) g.insert(k.group);
+  return {g.begin(), g.end()};
+}
+
+std::shared_ptr<const GroupIndex> Run::group_index(const std::string& source,
+                                                   const std::string& group) {
+  std::lock_guard<std::mutex> lk(mu_);
+  return group_index_locked(source_mut(source), group);
+}
+
+ArrayPtr Run::key_array(const std::string& source, const std::string& key) {
+  KeyInfo k = this->key(source, key);
+  if (!k.is_array)
+    fail(EINVAL, source + " " + key + " is not an array: " + k.why_not_array);
+  std::lock_guard<std::mutex> lk(mu_);
+  Source& s = source_mut(source);
+  auto it = s.arrays_.find(key);
+  if (it != s.arrays_.end()) return it->second;
+  auto gi = group_index_locked(s, k.group);
+  std::vector<LazyKeyArray::Part> parts;
+  for (const Block& b : gi->blocks) {
+    if (b.rows == 0) continue;
+    parts.push_back({files_[b.file].path, b.first, b.rows});
+  }
+  auto a = std::make_shared<LazyKeyArray>(engine_, k.dset_path, std::move(parts), k.entry_shape,
+                                          k.dtype, dir_ + ": " + source + " " + key);
+  s.arrays_[key] = a;
+  return a;
+}
+
+ArrayPtr Run::key_train_ids(const std::string& source, const std::string& key) {
+  KeyInfo k = this->key(source, key);
+  return group_index(source, k.group)->row_train_ids;
+}
+
+Value Run::run_values(const std::string& source) {
+  const Source& s = this->source(source);
+  Value out = Value::object();
+  if (!s.is_control()) return out;
+  const SequenceFile& sf = files_[s.files_.front()];
+  std::string base = "/RUN/" + (s.alias_of_.empty() ? s.name_ : s.alias_of_);
+  auto f = engine_.open_file(sf.path);
+  for (const std::string& rel : meta::list_datasets(*f, base)) {
+    std::string k = rel;
+    std::replace(k.begin(), k.end(), '/', '.');
+    try {
+      out.set(k, first_element(f->read_value(base + "/" + rel, 100000)));
+    } catch (const std::exception& e) {
+      Value err = Value::object();
+      err.set("error", Value::string(e.what()));
+      out.set(k, err);
+    }
+  }
+  return out;
+}
+
+Value Run::metadata() const {
+  Value v = Value::object();
+  v.set("directory", Value::string(dir_));
+  v.set("proposal", proposal_ >= 0 ? Value::integer(proposal_) : Value::null());
+  v.set("run", run_number_ >= 0 ? Value::integer(run_number_) : Value::null());
+  v.set("dataFormatVersion", Value::string(format_version_));
+  v.set("overview_file", overview_.empty() ? Value::null() : Value::string(overview_));
+  v.set("inc_suspect_trains", Value::boolean(opts_.inc_suspect_trains));
+  v.set("train_count", Value::uinteger(train_ids_.size()));
+  v.set("first_train", train_ids_.empty() ? Value::null() : Value::uinteger(train_ids_.front()));
+  v.set("last_train", train_ids_.empty() ? Value::null() : Value::uinteger(train_ids_.back()));
+  Value md = Value::object();
+  for (const auto& [k, x] : metadata_values_) md.set(k, x);
+  v.set("metadata", md);
+  Value files = Value::list();
+  for (const SequenceFile& f : files_) {
+    Value fv = Value::object();
+    fv.set("name", Value::string(f.name));
+    fv.set("size", Value::uinteger(f.size));
+    fv.set("dataFormatVersion", Value::string(f.format_version));
+    fv.set("train_count", Value::uinteger(f.train_ids.size()));
+    uint64_t suspect = 0;
+    for (uint8_t x : f.valid) suspect += x == 0;
+    fv.set("suspect_trains", Value::uinteger(suspect));
+    files.items.push_back(fv);
+  }
+  v.set("files", files);
+  Value srcs = Value::object();
+  for (const auto& [n, s] : sources_) {
+    Value sv = Value::object();
+    sv.set("section", Value::string(s.is_control() ? "CONTROL" : "INSTRUMENT"));
+    if (!s.alias_of_.empty()) sv.set("legacy_name_of", Value::string(s.alias_of_));
+    Value fl = Value::list();
+    for (size_t fi : s.files_) fl.items.push_back(Value::string(files_[fi].name));
+    sv.set("files", fl);
+    if (!s.duplicates_.empty()) {
+      Value d = Value::list();
+      for (uint64_t t : s.duplicates_) d.items.push_back(Value::uinteger(t));
+      sv.set("duplicate_trains", d);
+    }
+    srcs.set(n, sv);
+  }
+  v.set("sources", srcs);
+  Value errs = Value::list();
+  for (const std::string& e : errors()) errs.items.push_back(Value::string(e));
+  v.set("errors", errs);
+  return v;
+}
+
+}  // namespace h5d::euxfel

@@ -1,0 +1,197 @@
+// A European XFEL run (EXDF) as EXtra-data combines it: every source / key across all sequence
+// files as one Array, with the train ID of every row. The semantics follow EXtra-data
+// (extra_data/reader.py, sourcedata.py, keydata.py, file_access.py, voview.py); docs/euxfel.md
+// lists them and where h5direct differs (errors are reported instead of raised).
+//
+// Cost model: Run::open lists the directory and reads, per sequence file, INDEX/trainId,
+// INDEX/flag and the METADATA source list (one H5Dread each). Per (source, index group) the
+// INDEX first/count arrays are read on first use (one H5Dread each per file); per source the
+// key list and dataset metadata are read from one file on first use; a key's per-file dataset
+// arrays are opened on its first read. Nothing reads bulk data until a key is read.
+//
+// Thread safety: all public methods may be called concurrently; lazily built state is guarded
+// by Run::mu_ (never held while reading bulk data; taken before the HDF5 lock, never after).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/array.h"
+#include "core/dtype.h"
+#include "core/value.h"
+
+namespace h5d {
+class Engine;
+class H5File;
+}  // namespace h5d
+
+namespace h5d::euxfel {
+
+// True for names like RAW-R0338-AGIPD00-S00001.h5 / CORR-R0001-DA01-S00000.h5.
+bool is_sequence_file_name(const std::string& basename);
+// True when the file has the INDEX and METADATA groups of the EuXFEL format.
+bool is_run_file(H5File& f);
+// Cheap check on names only (no file opened): the directory holds at least one .h5 file named
+// like a sequence file. Directories with other EuXFEL-like .h5 files are found by
+// looks_like_run_dir_deep (opens one file's metadata).
+bool looks_like_run_dir(const std::string& dir);
+bool looks_like_run_dir_deep(Engine& engine, const std::string& dir);
+
+// The virtual overview file that EXtra-data would use for `dir` (voview.find_file_valid):
+// `dir/overview.h5` or `<proposal>/usr/.extra_data/{RAW,PROC}-R####-OVERVIEW.h5`, valid when its
+// attribute virtual_overview_version <= 1 and `.source_files/{names,sizes}` equal the .h5 files
+// now in `dir` (except overview.h5) and their sizes. "" when there is none.
+std::string find_valid_overview(Engine& engine, const std::string& dir, std::string* why_not = nullptr);
+
+struct RunOptions {
+  // EXtra-data's RunDirectory default (True since 1.x): trains flagged invalid in INDEX/flag
+  // (or out of sequence in format 0.5 files) are kept.
+  bool inc_suspect_trains = true;
+  // Build the run from a valid virtual overview file when there is one (one file to open).
+  bool use_overview = true;
+};
+
+enum class Section { Control, Instrument };
+
+// One key of one source, as far as it is known without reading its data.
+struct KeyInfo {
+  std::string name;       // "image.data", "pulseEnergy.photonFlux.value"
+  std::string dset_path;  // "/INSTRUMENT/<source>/image/data" (source = canonical name)
+  std::string group;      // index group: first component for INSTRUMENT, "" for CONTROL
+  bool is_array = true;   // false: strings, references, ... (why_not_array says what)
+  std::string why_not_array;
+  std::string hdf5_type;
+  DType dtype;
+  Shape entry_shape;                                  // shape of one row
+  uint64_t rows = 0;                                  // rows over the whole run
+  std::vector<std::pair<std::string, Value>> attrs;  // EXtra-data's KeyData.attributes()
+  Value small_value;  // non-arrays: the first file's value when small (else Null)
+};
+
+// Where one block of rows comes from.
+struct Block {
+  size_t file = 0;        // index into Run::files()
+  uint64_t first = 0;     // first row in that file's datasets
+  uint64_t rows = 0;      // sum of counts
+  uint64_t train0 = 0;    // first train ID of the block (sort key)
+  std::vector<uint64_t> train_ids, counts;
+};
+
+struct GroupIndex {
+  std::vector<Block> blocks;  // sorted by first train ID, empty blocks included (as EXtra-data)
+  uint64_t rows = 0;
+  ArrayPtr row_train_ids;     // uint64 per row: KeyData.train_id_coordinates()
+  std::vector<uint64_t> counts_per_run_train;  // data count for each Run::train_ids() entry
+  std::vector<std::string> errors;
+};
+
+struct SequenceFile {
+  std::string path, name;   // absolute path, base name
+  uint64_t size = 0;
+  std::string format_version;  // "0.5" when METADATA/dataFormatVersion is absent
+  std::vector<uint64_t> train_ids;  // INDEX/trainId, zeros removed
+  std::vector<uint8_t> valid;       // validity flag per train (see RunOptions)
+  std::vector<std::string> control_sources, instrument_sources;
+  std::map<std::string, std::string> legacy;  // legacy source name -> canonical name
+  std::shared_ptr<H5File> file;
+};
+
+class Run;
+
+class Source {
+ public:
+  const std::string& name() const { return name_; }
+  Section section() const { return section_; }
+  bool is_control() const { return section_ == Section::Control; }
+  // Legacy name (corrected data's <det>/DET/<n>CH0:xtdf): the canonical source; else "".
+  const std::string& alias_of() const { return alias_of_; }
+  const std::vector<size_t>& files() const { return files_; }  // indexes into Run::files()
+  // Train IDs that occur in more than one of this source's files (or twice in one file):
+  // a data error EXtra-data refuses to open. The arrays keep every row, in EXtra-data's order.
+  const std::vector<uint64_t>& duplicate_trains() const { return duplicates_; }
+
+ private:
+  friend class Run;
+  std::string name_;
+  Section section_ = Section::Control;
+  std::string alias_of_;
+  std::vector<size_t> files_;
+  std::vector<uint64_t> duplicates_;
+  // Lazily filled under Run::mu_:
+  bool keys_loaded_ = false;
+  std::vector<KeyInfo> keys_;  // sorted by name
+  std::string keys_error_;
+  std::map<std::string, std::shared_ptr<const GroupIndex>> groups_;
+  std::map<std::string, ArrayPtr> arrays_;
+};
+
+class Run {
+ public:
+  // Opens the run in `dir`. Throws Error(ENOENT) when it holds no readable sequence file.
+  static std::shared_ptr<Run> open(Engine& engine, const std::string& dir, RunOptions opts = {});
+
+  const std::string& dir() const { return dir_; }
+  const RunOptions& options() const { return opts_; }
+  // The overview file the run was built from ("" when built from the sequence files).
+  const std::string& overview() const { return overview_; }
+  const std::vector<SequenceFile>& files() const { return files_; }
+  // Sorted union of the files' train IDs (valid ones only without inc_suspect_trains).
+  const std::vector<uint64_t>& train_ids() const { return train_ids_; }
+  ArrayPtr train_ids_array() const { return train_ids_array_; }
+  int64_t proposal() const { return proposal_; }  // -1 when unknown
+  int64_t run_number() const { return run_number_; }
+  const std::string& format_version() const { return format_version_; }
+
+  std::vector<std::string> source_names() const;  // sorted
+  const Source& source(const std::string& name) const;  // throws Error(ENOENT)
+  bool has_source(const std::string& name) const { return sources_.count(name) != 0; }
+
+  // Keys of a source, sorted by name (reads one file's tree on first use). Throws on I/O errors.
+  std::vector<KeyInfo> keys(const std::string& source);
+  KeyInfo key(const std::string& source, const std::string& key);  // throws Error(ENOENT)
+  // Index groups of a source (INSTRUMENT: the key prefixes; CONTROL: {""}).
+  std::vector<std::string> index_groups(const std::string& source);
+  // The row layout of (source, group) over the run.
+  std::shared_ptr<const GroupIndex> group_index(const std::string& source, const std::string& group);
+  // The whole key as one array (EXtra-data's run[source, key].ndarray()); the per-file datasets
+  // are opened on its first read. Throws Error(EINVAL) for non-array keys.
+  ArrayPtr key_array(const std::string& source, const std::string& key);
+  // The train ID of every row of the key (KeyData.train_id_coordinates()).
+  ArrayPtr key_train_ids(const std::string& source, const std::string& key);
+
+  // RUN section values of a CONTROL source (SourceData.run_values()): key -> first element.
+  Value run_values(const std::string& source);
+  // run.json: proposal, run, format version, files, sources, trains, METADATA values, errors.
+  Value metadata() const;
+  // Data errors found so far (duplicated trains, unreadable files skipped, ...).
+  std::vector<std::string> errors() const;
+
+ private:
+  Run(Engine& engine, std::string dir, RunOptions opts);
+  void load_files(const std::vector<std::string>& paths);
+  void build_sources();
+  void load_keys_locked(Source& s);
+  std::shared_ptr<const GroupIndex> group_index_locked(Source& s, const std::string& group);
+  Source& source_mut(const std::string& name);
+  void note_error(const std::string& msg);
+
+  Engine& engine_;
+  std::string dir_;
+  RunOptions opts_;
+  std::string overview_;
+  std::vector<SequenceFile> files_;
+  std::map<std::string, Source> sources_;
+  std::vector<uint64_t> train_ids_;
+  ArrayPtr train_ids_array_;
+  int64_t proposal_ = -1, run_number_ = -1;
+  std::string format_version_;
+  std::vector<std::pair<std::string, Value>> metadata_values_;
+  mutable std::mutex mu_;  // guards Source lazy state, errors_
+  std::vector<std::string> errors_;
+};
+
+}  // namespace h5d::euxfel

@@ -1,0 +1,194 @@
+// The filter pipeline: which filters we undo ourselves, and undoing them for one chunk.
+#include "core/filters/filters.h"
+
+#include <array>
+#include <memory>
+#include <utility>
+
+#include "core/error.h"
+#include "core/filters/codecs.h"
+
+namespace h5d {
+
+std::string filter_name(int id) {
+  switch (id) {
+    case codec::kDeflate: return "deflate";
+    case codec::kShuffle: return "shuffle";
+    case codec::kFletcher32: return "fletcher32";
+    case codec::kSzip: return "szip";
+    case codec::kNbit: return "nbit";
+    case codec::kScaleOffset: return "scaleoffset";
+    case 307: return "bzip2";
+    case codec::kLzf: return "lzf";
+    case codec::kBlosc: return "blosc";
+    case codec::kLz4: return "lz4";
+    case codec::kBitshuffle: return "bitshuffle";
+    case 32013: return "zfp";
+    case codec::kZstd: return "zstd";
+    case 32017: return "sz";
+    case 32026: return "blosc2";
+    default: return "filter-" + std::to_string(id);
+  }
+}
+
+namespace {
+
+bool supported_id(int id) {
+  switch (id) {
+    case codec::kDeflate:
+    case codec::kShuffle:
+    case codec::kFletcher32:
+    case codec::kLzf:
+    case codec::kBlosc:
+    case codec::kLz4:
+    case codec::kBitshuffle:
+    case codec::kZstd: return true;
+    default: return false;
+  }
+}
+
+size_t shuffle_size(const FilterInfo& f, size_t elem_size) {
+  return !f.cd_values.empty() && f.cd_values[0] ? f.cd_values[0] : elem_size;
+}
+
+bool bitshuffle_compressed(const FilterInfo& f) {
+  return f.cd_values.size() > 4 &&
+         (f.cd_values[4] == codec::kBshufLz4 || f.cd_values[4] == codec::kBshufZstd);
+}
+
+// Filters whose output size equals their input size (so sizes further down stay known).
+bool size_preserving(const FilterInfo& f) {
+  return f.id == codec::kShuffle || (f.id == codec::kBitshuffle && !bitshuffle_compressed(f));
+}
+
+// Stage that needs its own output buffer (fletcher32 and 1-byte shuffles work in place).
+bool is_stage(const FilterInfo& f, size_t elem_size) {
+  if (f.id == codec::kFletcher32) return false;
+  if (f.id == codec::kShuffle && shuffle_size(f, elem_size) <= 1) return false;
+  return true;
+}
+
+// Per-thread intermediate buffer, never zero-filled, kept across calls.
+struct Scratch {
+  std::unique_ptr<uint8_t[]> buf;
+  size_t cap = 0;
+};
+thread_local Scratch tl_scratch;
+
+constexpr size_t kMaxFilters = 32;  // H5Z_MAX_NFILTERS
+
+}  // namespace
+
+bool pipeline_supported(const std::vector<FilterInfo>& pipeline, std::string* why) {
+  if (pipeline.size() > kMaxFilters) {
+    if (why) *why = "pipeline of " + std::to_string(pipeline.size()) + " filters is too long";
+    return false;
+  }
+  for (const auto& f : pipeline) {
+    if (!supported_id(f.id)) {
+      if (why)
+        *why = filter_name(f.id) + " (id " + std::to_string(f.id) + ") has no direct decoder";
+      return false;
+    }
+  }
+  if (why) why->clear();
+  return true;
+}
+
+void decode_chunk(const std::vector<FilterInfo>& pipeline, uint32_t filter_mask, size_t elem_size,
+                  std::vector<uint8_t>& in, size_t out_size, std::vector<uint8_t>& out) {
+  const size_t nf = pipeline.size();
+  if (nf > kMaxFilters) fail_data("filter pipeline of " + std::to_string(nf) + " filters");
+  if (&in == &out) fail(EINVAL, "decode_chunk: in and out must be different buffers");
+
+  // expected[i]: the size of the data filter i received when the chunk was written (= what
+  // undoing it must produce), known as long as every active filter before it keeps the size
+  // predictable.
+  std::array<size_t, kMaxFilters> expected{};
+  size_t stages = 0;
+  size_t sz = out_size;
+  for (size_t i = 0; i < nf; ++i) {
+    const FilterInfo& f = pipeline[i];
+    const bool active = !(filter_mask & (1u << i));
+    expected[i] = sz;
+    if (!active) continue;
+    if (!supported_id(f.id))
+      fail(ENOTSUP, filter_name(f.id) + " (id " + std::to_string(f.id) + ") has no direct decoder");
+    if (is_stage(f, elem_size)) ++stages;
+    if (sz == codec::kUnknown || size_preserving(f)) continue;
+    sz = f.id == codec::kFletcher32 ? sz + 4 : codec::kUnknown;
+  }
+  // Upper bound for outputs whose size cannot be known in advance (compressor stacked on a
+  // compressor): compressed data never grows by more than a small fraction.
+  const size_t cap = out_size + out_size / 2 + (size_t(1) << 20) + 64 * nf;
+
+  // Buffers: the first stage reads `in`; stages alternate between `out` and the thread's scratch
+  // so that the last one writes `out` (no final copy).
+  enum Where { kIn, kOut, kScratch };
+  Where where = kIn;
+  const uint8_t* cur = in.data();
+  size_t len = in.size();
+  size_t done = 0;
+  for (size_t i = nf; i-- > 0;) {
+    if (filter_mask & (1u << i)) continue;
+    const FilterInfo& f = pipeline[i];
+    if (f.id == codec::kFletcher32) {
+      len = codec::fletcher32_check(cur, len);
+      if (expected[i] != codec::kUnknown && len != expected[i])
+        fail_data("fletcher32: chunk holds " + std::to_string(len) + " bytes, expected " +
+                  std::to_string(expected[i]));
+      continue;
+    }
+    if (!is_stage(f, elem_size)) continue;  // 1-byte shuffle: identity
+    const Where to = ((stages - done - 1) % 2 == 0) ? kOut : kScratch;
+    codec::Sink sink = to == kOut ? codec::Sink(&out) : codec::Sink(&tl_scratch.buf, &tl_scratch.cap);
+    const size_t exp = expected[i];
+    size_t produced = 0;
+    switch (f.id) {
+      case codec::kDeflate: produced = codec::inflate_zlib(cur, len, sink, exp, cap); break;
+      case codec::kShuffle: {
+        if (exp != codec::kUnknown && len != exp)
+          fail_data("shuffle: chunk of " + std::to_string(len) + " bytes, expected " +
+                    std::to_string(exp));
+        uint8_t* o = sink.get(len);
+        codec::unshuffle(cur, o, len, shuffle_size(f, elem_size));
+        sink.produced(len);
+        produced = len;
+        break;
+      }
+      case codec::kLzf: produced = codec::lzf_decode(cur, len, sink, exp, cap); break;
+      case codec::kBlosc: produced = codec::blosc_decode(cur, len, sink, exp, cap); break;
+      case codec::kLz4: produced = codec::lz4_decode(cur, len, sink, exp, cap); break;
+      case codec::kZstd: produced = codec::zstd_decode(cur, len, sink, exp, cap); break;
+      case codec::kBitshuffle:
+        produced = codec::bitshuffle_decode(cur, len, sink, exp, cap, f.cd_values, elem_size);
+        break;
+      default: fail(ENOTSUP, filter_name(f.id) + " has no direct decoder");
+    }
+    if (exp != codec::kUnknown && produced != exp)
+      fail_data(filter_name(f.id) + ": decoded " + std::to_string(produced) + " bytes, expected " +
+                std::to_string(exp));
+    cur = sink.data();
+    len = produced;
+    where = to;
+    ++done;
+  }
+
+  if (len != out_size)
+    fail_data("decoded chunk is " + std::to_string(len) + " bytes, expected " +
+              std::to_string(out_size));
+  if (where == kIn) {
+    // Nothing to decode but (possibly) a checksum: hand the caller's buffer over.
+    std::swap(in, out);
+    out.resize(len);
+  } else {
+    // where == kOut: the last stage always writes `out`.
+    out.resize(len);
+  }
+  if (tl_scratch.cap > (size_t(256) << 20)) {
+    tl_scratch.buf.reset();
+    tl_scratch.cap = 0;
+  }
+}
+
+}  // namespace h5d

@@ -1,0 +1,502 @@
+#include "core/h5file.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <list>
+
+#include "core/dataset.h"
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/fd_cache.h"
+#include "core/h5format/chunk_index.h"
+#include "core/h5lib.h"
+#include "core/h5types.h"
+#include "core/log.h"
+
+namespace h5d {
+namespace {
+
+// Files whose libhdf5 handle is open, most recent first; bounded so that a tree of thousands of
+// files never holds more than a few hundred descriptors. Guarded by the HDF5 lock.
+std::list<H5File*>& open_handles() {
+  static std::list<H5File*> l;
+  return l;
+}
+
+bool exists(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+std::string dirname_of(const std::string& p) {
+  auto pos = p.rfind('/');
+  if (pos == std::string::npos) return ".";
+  if (pos == 0) return "/";
+  return p.substr(0, pos);
+}
+
+std::string basename_of(const std::string& p) {
+  auto pos = p.rfind('/');
+  return pos == std::string::npos ? p : p.substr(pos + 1);
+}
+
+std::string join_path(const std::string& dir, const std::string& name) {
+  if (!name.empty() && name[0] == '/') return name;
+  if (dir.empty() || dir == ".") return name;
+  return dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+std::string join_h5(const std::string& group, const std::string& name) {
+  return group == "/" ? "/" + name : group + "/" + name;
+}
+
+Hyperslab read_selection(hid_t space) {
+  Hyperslab h;
+  const int rank = H5Sget_simple_extent_ndims(space);
+  H5S_sel_type t = H5Sget_select_type(space);
+  if (t == H5S_SEL_ALL) {
+    h.is_all = true;
+    std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 0)));
+    H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+    h.start.assign(dims.size(), 0);
+    h.stride.assign(dims.size(), 1);
+    h.count.assign(dims.size(), 1);
+    h.block.assign(dims.begin(), dims.end());
+    return h;
+  }
+  if (t != H5S_SEL_HYPERSLABS || H5Sis_regular_hyperslab(space) <= 0)
+    fail(ENOTSUP, "selection is not a regular hyperslab");
+  std::vector<hsize_t> start(rank), stride(rank), count(rank), block(rank);
+  h5::check(H5Sget_regular_hyperslab(space, start.data(), stride.data(), count.data(), block.data()),
+            "H5Sget_regular_hyperslab");
+  h.start.assign(start.begin(), start.end());
+  h.stride.assign(stride.begin(), stride.end());
+  h.count.assign(count.begin(), count.end());
+  h.block.assign(block.begin(), block.end());
+  return h;
+}
+
+}  // namespace
+
+// HDF5's rules for a VDS source file name: "." is the VDS's own file; a relative name is tried
+// against each HDF5_VDS_PREFIX entry (${ORIGIN} = the VDS file's directory), then the VDS file's
+// directory; an absolute name that does not exist is retried by its base name there.
+std::string resolve_vds_source(const std::string& vds_file, const std::string& name) {
+  if (name == ".") return vds_file;
+  const std::string origin = dirname_of(vds_file);
+  std::vector<std::string> candidates;
+  if (!name.empty() && name[0] == '/') {
+    candidates.push_back(name);
+    candidates.push_back(join_path(origin, basename_of(name)));
+  } else {
+    if (const char* pre = std::getenv("HDF5_VDS_PREFIX")) {
+      std::string all(pre);
+      size_t pos = 0;
+      while (pos <= all.size()) {
+        size_t end = all.find(':', pos);
+        if (end == std::string::npos) end = all.size();
+        std::string dir = all.substr(pos, end - pos);
+        const std::string token = "${ORIGIN}";
+        auto o = dir.find(token);
+        if (o != std::string::npos) dir.replace(o, token.size(), origin);
+        if (!dir.empty()) candidates.push_back(join_path(dir, name));
+        pos = end + 1;
+      }
+    }
+    candidates.push_back(join_path(origin, name));
+  }
+  for (const auto& c : candidates)
+    if (exists(c)) return c;
+  return "";
+}
+
+H5File::H5File(Engine& engine, std::string path) : engine_(engine), path_(std::move(path)) {}
+
+H5File::~H5File() {
+  h5::Lock lk = h5::lock();
+  if (fid_ >= 0) {
+    H5Fclose(static_cast<hid_t>(fid_));
+    open_handles().remove(this);
+  }
+}
+
+int64_t H5File::handle() {
+  // Caller holds the HDF5 lock.
+  auto& lru = open_handles();
+  if (fid_ >= 0) {
+    auto it = std::find(lru.begin(), lru.end(), this);
+    if (it != lru.begin() && it != lru.end()) lru.splice(lru.begin(), lru, it);
+    return fid_;
+  }
+  const size_t limit = std::max<size_t>(4, engine_.options().max_open_files / 2);
+  while (lru.size() >= limit) {
+    H5File* victim = lru.back();
+    lru.pop_back();
+    H5Fclose(static_cast<hid_t>(victim->fid_));
+    victim->fid_ = -1;
+  }
+  hid_t fid = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (fid < 0) {
+    int code = exists(path_) ? (::access(path_.c_str(), R_OK) == 0 ? EIO : EACCES) : ENOENT;
+    h5::fail_h5(code, path_ + ": cannot open as HDF5");
+  }
+  fid_ = fid;
+  lru.push_front(this);
+  return fid_;
+}
+
+std::vector<LinkEntry> H5File::list_group(const std::string& group_path) {
+  h5::Lock lk = h5::lock();
+  hid_t fid = handle();
+  h5::Handle g(H5Gopen2(fid, group_path.c_str(), H5P_DEFAULT));
+  if (!g) {
+    H5Eclear2(H5E_DEFAULT);
+    fail(ENOENT, path_ + ":" + group_path + ": not a group");
+  }
+  struct Ctx {
+    std::vector<std::pair<std::string, H5L_type_t>> links;
+  } ctx;
+  auto cb = [](hid_t, const char* name, const H5L_info_t* info, void* data) -> herr_t {
+    static_cast<Ctx*>(data)->links.emplace_back(name, info->type);
+    return 0;
+  };
+  hsize_t idx = 0;
+  if (H5Literate(g.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, cb, &ctx) < 0)
+    h5::fail_h5(EIO, path_ + ":" + group_path + ": cannot list group");
+  std::vector<LinkEntry> out;
+  for (const auto& [name, ltype] : ctx.links) {
+    LinkEntry e;
+    e.name = name;
+    H5O_info_t oinfo;
+    if (H5Oget_info_by_name2(g.get(), name.c_str(), &oinfo, H5O_INFO_BASIC, H5P_DEFAULT) < 0) {
+      H5Eclear2(H5E_DEFAULT);  // dangling soft or external link: not shown
+      continue;
+    }
+    e.kind = oinfo.type == H5O_TYPE_GROUP ? ObjectKind::Group
+             : oinfo.type == H5O_TYPE_DATASET ? ObjectKind::Dataset : ObjectKind::Other;
+    if (ltype == H5L_TYPE_SOFT || ltype == H5L_TYPE_EXTERNAL) {
+      H5L_info_t li;
+      if (H5Lget_info(g.get(), name.c_str(), &li, H5P_DEFAULT) >= 0) {
+        std::vector<char> buf(li.u.val_size + 1, 0);
+        if (H5Lget_val(g.get(), name.c_str(), buf.data(), buf.size(), H5P_DEFAULT) >= 0) {
+          if (ltype == H5L_TYPE_SOFT) {
+            std::string t(buf.data());
+            e.soft_target = (!t.empty() && t[0] == '/') ? t : join_h5(group_path, t);
+          } else {
+            const char* file = nullptr;
+            const char* obj = nullptr;
+            if (H5Lunpack_elink_val(buf.data(), buf.size(), nullptr, &file, &obj) >= 0)
+              e.soft_target = std::string(file ? file : "") + ":" + (obj ? obj : "");
+          }
+        }
+      }
+      H5Eclear2(H5E_DEFAULT);
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+ObjectKind H5File::kind_of(const std::string& path) {
+  h5::Lock lk = h5::lock();
+  hid_t fid = handle();
+  if (path == "/") return ObjectKind::Group;
+  // Check every component exists before asking for the object (H5Oget_info_by_name on a
+  // missing intermediate group only fails, but be explicit).
+  H5O_info_t oinfo;
+  htri_t ok = H5Lexists(fid, path.c_str(), H5P_DEFAULT);
+  if (ok <= 0 || H5Oget_info_by_name2(fid, path.c_str(), &oinfo, H5O_INFO_BASIC, H5P_DEFAULT) < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return ObjectKind::Other;
+  }
+  return oinfo.type == H5O_TYPE_GROUP ? ObjectKind::Group
+         : oinfo.type == H5O_TYPE_DATASET ? ObjectKind::Dataset : ObjectKind::Other;
+}
+
+std::vector<std::pair<std::string, Value>> H5File::attributes(const std::string& object_path) {
+  h5::Lock lk = h5::lock();
+  hid_t fid = handle();
+  h5::Handle obj(H5Oopen(fid, object_path.c_str(), H5P_DEFAULT));
+  if (!obj) {
+    H5Eclear2(H5E_DEFAULT);
+    fail(ENOENT, path_ + ":" + object_path + ": no such object");
+  }
+  std::vector<std::pair<std::string, Value>> out;
+  H5O_info_t oinfo;
+  if (H5Oget_info2(obj.get(), &oinfo, H5O_INFO_NUM_ATTRS) < 0) return out;
+  for (hsize_t i = 0; i < oinfo.num_attrs; ++i) {
+    h5::Handle a(H5Aopen_by_idx(obj.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, H5P_DEFAULT, H5P_DEFAULT));
+    if (!a) {
+      H5Eclear2(H5E_DEFAULT);
+      continue;
+    }
+    ssize_t n = H5Aget_name(a.get(), 0, nullptr);
+    std::string name(static_cast<size_t>(std::max<ssize_t>(n, 0)), '\0');
+    H5Aget_name(a.get(), name.size() + 1, name.data());
+    out.emplace_back(name, h5::read_value(a.get(), true, 10000));
+  }
+  H5Eclear2(H5E_DEFAULT);
+  return out;
+}
+
+Value H5File::read_value(const std::string& dset_path, uint64_t max_elements) {
+  h5::Lock lk = h5::lock();
+  hid_t fid = handle();
+  h5::Handle d(H5Dopen2(fid, dset_path.c_str(), H5P_DEFAULT));
+  if (!d) {
+    H5Eclear2(H5E_DEFAULT);
+    fail(ENOENT, path_ + ":" + dset_path + ": no such dataset");
+  }
+  return h5::read_value(d.get(), false, max_elements);
+}
+
+std::shared_ptr<const DatasetInfo> H5File::dataset_info(const std::string& dset_path) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = infos_.find(dset_path);
+    if (it != infos_.end()) return it->second;
+  }
+  StorageInfo st;
+  auto info = load_info(dset_path, st);
+  std::lock_guard<std::mutex> lk(mu_);
+  auto [it, inserted] = infos_.emplace(dset_path, info);
+  if (inserted) storage_.emplace(dset_path, st);
+  return it->second;
+}
+
+std::shared_ptr<const DatasetInfo> H5File::load_info(const std::string& dset_path, StorageInfo& st) {
+  h5::Lock lk = h5::lock();
+  hid_t fid = handle();
+  auto info = std::make_shared<DatasetInfo>();
+  info->file = path_;
+  info->path = dset_path;
+  const std::string what = path_ + ":" + dset_path;
+
+  // A dataset reached through an external link lives in another file: describe it from there.
+  {
+    H5L_info_t li;
+    if (H5Lget_info(fid, dset_path.c_str(), &li, H5P_DEFAULT) >= 0 && li.type == H5L_TYPE_EXTERNAL) {
+      std::vector<char> buf(li.u.val_size + 1, 0);
+      const char* file = nullptr;
+      const char* obj = nullptr;
+      if (H5Lget_val(fid, dset_path.c_str(), buf.data(), buf.size(), H5P_DEFAULT) >= 0 &&
+          H5Lunpack_elink_val(buf.data(), buf.size(), nullptr, &file, &obj) >= 0 && file && obj) {
+        std::string target = resolve_vds_source(path_, file);
+        if (!target.empty()) {
+          std::string objpath = obj;
+          lk.unlock();
+          auto other = engine_.open_file(target);
+          auto inf = other->dataset_info(objpath);
+          st = other->storage_info(objpath);
+          return inf;
+        }
+      }
+    }
+    H5Eclear2(H5E_DEFAULT);
+  }
+
+  h5::Handle d(H5Dopen2(fid, dset_path.c_str(), H5P_DEFAULT));
+  if (!d) {
+    H5Eclear2(H5E_DEFAULT);
+    fail(ENOENT, what + ": not a dataset");
+  }
+  h5::Handle ftype = h5::check(H5Dget_type(d.get()), what + ": H5Dget_type");
+  h5::Handle space = h5::check(H5Dget_space(d.get()), what + ": H5Dget_space");
+  h5::Handle dcpl = h5::check(H5Dget_create_plist(d.get()), what + ": H5Dget_create_plist");
+
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 0))), maxdims(dims.size());
+  H5Sget_simple_extent_dims(space.get(), dims.data(), maxdims.data());
+  const bool null_space = H5Sget_simple_extent_type(space.get()) == H5S_NULL;
+  info->shape.assign(dims.begin(), dims.end());
+  for (auto m : maxdims) info->maxshape.push_back(m == H5S_UNLIMITED ? ~uint64_t(0) : m);
+  st.ds_rank = info->shape.size();
+
+  Shape folded;
+  info->is_array = h5::dtype_from_h5(ftype.get(), info->dtype, folded, info->why_not_array, info->hdf5_type);
+  if (null_space && info->is_array) {
+    info->is_array = false;
+    info->why_not_array = "null dataspace (no elements)";
+  }
+  if (info->is_array && !folded.empty()) {
+    info->shape.insert(info->shape.end(), folded.begin(), folded.end());
+    info->maxshape.insert(info->maxshape.end(), folded.begin(), folded.end());
+    // itemsize is that of the base element now.
+  }
+
+  switch (H5Pget_layout(dcpl.get())) {
+    case H5D_COMPACT: info->layout = "compact"; break;
+    case H5D_CONTIGUOUS: info->layout = "contiguous"; break;
+    case H5D_CHUNKED: info->layout = "chunked"; break;
+    case H5D_VIRTUAL: info->layout = "virtual"; break;
+    default: info->layout = "unknown"; break;
+  }
+  if (info->layout == "chunked") {
+    std::vector<hsize_t> cd(dims.size());
+    H5Pget_chunk(dcpl.get(), static_cast<int>(cd.size()), cd.data());
+    info->chunks.assign(cd.begin(), cd.end());
+  }
+  const int nf = H5Pget_nfilters(dcpl.get());
+  for (int i = 0; i < nf; ++i) {
+    FilterInfo f;
+    unsigned flags = 0;
+    size_t nelmts = 32;
+    std::vector<unsigned> cd(nelmts);
+    char name[256] = {0};
+    unsigned config = 0;
+    H5Z_filter_t id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &nelmts, cd.data(), sizeof name, name, &config);
+    if (nelmts > cd.size()) {
+      cd.resize(nelmts);
+      id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &nelmts, cd.data(), sizeof name, name, &config);
+    }
+    cd.resize(std::min(nelmts, cd.size()));
+    f.id = static_cast<int>(id);
+    f.flags = flags;
+    f.name = name;
+    f.cd_values = cd;
+    info->filters.push_back(f);
+  }
+  H5Eclear2(H5E_DEFAULT);
+
+  // Fill value: one element's bytes in the file type (no conversion).
+  size_t h5_elem = H5Tget_size(ftype.get());
+  info->fill_value.assign(h5_elem, 0);
+  H5D_fill_value_t fv;
+  if (info->is_array && H5Pfill_value_defined(dcpl.get(), &fv) >= 0 && fv == H5D_FILL_VALUE_USER_DEFINED) {
+    if (H5Pget_fill_value(dcpl.get(), ftype.get(), info->fill_value.data()) >= 0) info->fill_value_defined = true;
+  }
+  H5Eclear2(H5E_DEFAULT);
+  if (info->is_array && h5_elem != info->dtype.itemsize && h5_elem % info->dtype.itemsize == 0) {
+    // Array element type folded into the shape: the fill value is that of one base element.
+    info->fill_value.resize(info->dtype.itemsize);
+  }
+
+  // Storage.
+  H5O_info_t oinfo;
+  if (H5Oget_info2(d.get(), &oinfo, H5O_INFO_BASIC) >= 0) st.ohdr_addr = oinfo.addr;
+  h5::Handle fcpl(H5Fget_create_plist(fid));
+  if (fcpl) {
+    hsize_t ub = 0;
+    H5Pget_userblock(fcpl.get(), &ub);
+    st.geo.base = ub;
+    size_t so = 8, sl = 8;
+    H5Pget_sizes(fcpl.get(), &so, &sl);
+    st.geo.sizeof_offsets = static_cast<uint8_t>(so);
+    st.geo.sizeof_lengths = static_cast<uint8_t>(sl);
+  }
+  haddr_t off = H5Dget_offset(d.get());
+  st.storage_size = H5Dget_storage_size(d.get());
+  // With a user block, 1.10 adds the base address even to HADDR_UNDEF: trust the storage size.
+  st.contiguous_addr = (off == HADDR_UNDEF || st.storage_size == 0) ? fmt::kUndefAddr : off;
+  st.external = info->layout == "contiguous" && H5Pget_external_count(dcpl.get()) > 0;
+  H5Eclear2(H5E_DEFAULT);
+  // Datasets reached through an external link in an intermediate group live in another file.
+  {
+    ssize_t n = H5Fget_name(d.get(), nullptr, 0);
+    std::string fname(static_cast<size_t>(std::max<ssize_t>(n, 0)), '\0');
+    if (n > 0) H5Fget_name(d.get(), fname.data(), fname.size() + 1);
+    if (n > 0 && fname != path_ && basename_of(fname) != basename_of(path_)) {
+      st.library_only = true;
+      st.library_reason = "dataset lives in another file behind an external link";
+    }
+  }
+
+  if (info->layout == "virtual") {
+    size_t count = 0;
+    if (H5Pget_virtual_count(dcpl.get(), &count) < 0) h5::fail_h5(EIO, what + ": H5Pget_virtual_count");
+    for (size_t i = 0; i < count; ++i) {
+      VdsMapping m;
+      ssize_t n = H5Pget_virtual_filename(dcpl.get(), i, nullptr, 0);
+      m.file_name.assign(static_cast<size_t>(std::max<ssize_t>(n, 0)), '\0');
+      H5Pget_virtual_filename(dcpl.get(), i, m.file_name.data(), m.file_name.size() + 1);
+      n = H5Pget_virtual_dsetname(dcpl.get(), i, nullptr, 0);
+      m.dataset_name.assign(static_cast<size_t>(std::max<ssize_t>(n, 0)), '\0');
+      H5Pget_virtual_dsetname(dcpl.get(), i, m.dataset_name.data(), m.dataset_name.size() + 1);
+      try {
+        h5::Handle vs = h5::check(H5Pget_virtual_vspace(dcpl.get(), i), "H5Pget_virtual_vspace");
+        h5::Handle ss = h5::check(H5Pget_virtual_srcspace(dcpl.get(), i), "H5Pget_virtual_srcspace");
+        m.vspace = read_selection(vs.get());
+        m.srcspace = read_selection(ss.get());
+        int srank = H5Sget_simple_extent_ndims(ss.get());
+        std::vector<hsize_t> sd(static_cast<size_t>(std::max(srank, 0)));
+        H5Sget_simple_extent_dims(ss.get(), sd.data(), nullptr);
+        m.src_shape.assign(sd.begin(), sd.end());
+      } catch (const Error& e) {
+        st.library_only = true;
+        st.library_reason = std::string("VDS mapping ") + std::to_string(i) + ": " + e.what();
+      }
+      if (m.file_name.find('%') != std::string::npos || m.dataset_name.find('%') != std::string::npos) {
+        st.library_only = true;
+        st.library_reason = "VDS with printf-style source names";
+      } else {
+        m.resolved_file = resolve_vds_source(path_, m.file_name);
+      }
+      info->vds.push_back(std::move(m));
+    }
+    if (!folded.empty()) {
+      st.library_only = true;
+      st.library_reason = "VDS of an array element type";
+    }
+  }
+  H5Eclear2(H5E_DEFAULT);
+  info->attrs.clear();
+  lk.unlock();
+  info->attrs = attributes(dset_path);
+
+  // The chunk index type, from the layout message (one small read of the object header).
+  if (info->is_array && info->layout == "chunked" && !st.library_only) {
+    try {
+      auto fd = engine_.fds().get(path_);
+      auto layout = fmt::read_layout(*fd, st.geo, st.ohdr_addr);
+      info->chunk_index = fmt::index_type_name(layout.index_type);
+    } catch (const std::exception& e) {
+      info->chunk_index = "unknown";
+      log::warn(what + ": cannot read the layout message: " + e.what());
+    }
+  }
+  std::string why;
+  if (!info->is_array) {
+    info->read_path = "none: " + info->why_not_array;
+    try {
+      info->small_value = read_value(dset_path, 1000);
+    } catch (const std::exception&) {
+    }
+  } else if (st.library_only) {
+    info->read_path = "library: " + st.library_reason;
+  } else if (info->layout == "compact") {
+    info->read_path = "library: compact storage (bytes live in the object header)";
+  } else if (st.external) {
+    info->read_path = "library: external raw storage";
+  } else if (info->layout == "chunked" && !pipeline_supported(info->filters, &why)) {
+    info->read_path = "library: " + why;
+  } else {
+    info->read_path = "direct";
+  }
+  return info;
+}
+
+StorageInfo H5File::storage_info(const std::string& dset_path) {
+  dataset_info(dset_path);
+  std::lock_guard<std::mutex> lk(mu_);
+  return storage_.at(dset_path);
+}
+
+ArrayPtr H5File::dataset_array(const std::string& dset_path) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = arrays_.find(dset_path);
+    if (it != arrays_.end()) return it->second;
+  }
+  auto info = dataset_info(dset_path);
+  StorageInfo st = storage_info(dset_path);
+  ArrayPtr a = make_dataset_array(engine_, info, st);
+  std::lock_guard<std::mutex> lk(mu_);
+  auto [it, inserted] = arrays_.emplace(dset_path, a);
+  return it->second;
+}
+
+}  // namespace h5d

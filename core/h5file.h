@@ -1,0 +1,119 @@
+// One HDF5 file: its groups, datasets and their metadata, read through libhdf5 under the one
+// global lock (h5lib.h), and the Array through which a dataset's bytes are read directly.
+#pragma once
+#include <memory>
+#include <mutex>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/array.h"
+#include "core/dtype.h"
+#include "core/filters/filters.h"
+#include "core/h5format/chunk_index.h"
+#include "core/value.h"
+
+namespace h5d {
+
+class Engine;
+
+enum class ObjectKind { Group, Dataset, Other };
+
+struct LinkEntry {
+  std::string name;
+  ObjectKind kind = ObjectKind::Other;
+  // Soft links: the target path inside the file ("/a/b"); empty for hard links. External links
+  // are followed like soft links; their target is "file.h5:/path".
+  std::string soft_target;
+};
+
+// A regular hyperslab selection (or "all" when is_all). count/block may be ~0 (unlimited).
+struct Hyperslab {
+  bool is_all = false;
+  Shape start, stride, count, block;
+};
+
+struct VdsMapping {
+  std::string file_name;      // as stored ("." = the VDS's own file)
+  std::string dataset_name;   // as stored
+  std::string resolved_file;  // absolute path found by HDF5's rules, "" if not found
+  Hyperslab vspace, srcspace;
+  Shape src_shape;            // source dataset extent when it could be opened
+};
+
+struct DatasetInfo {
+  std::string file;  // absolute path of the HDF5 file
+  std::string path;  // dataset path inside the file
+  Shape shape, maxshape;  // maxshape entries ~0 = unlimited
+  DType dtype;       // element type after folding array types into the shape
+  bool is_array = true;      // false: variable-length data, references, ... (see why_not_array)
+  std::string why_not_array;
+  std::string hdf5_type;     // short description of the HDF5 type ("vlen string", "H5T_STD_U16LE")
+  std::string layout;        // "contiguous", "chunked", "compact", "virtual"
+  Shape chunks;              // chunked only
+  std::string chunk_index;   // "btree-v1", "fixed-array", ... (chunked only)
+  std::vector<FilterInfo> filters;
+  std::vector<uint8_t> fill_value;  // one element's bytes (zeros when undefined)
+  bool fill_value_defined = false;
+  std::vector<std::pair<std::string, Value>> attrs;
+  std::vector<VdsMapping> vds;
+  std::string read_path;     // "direct" or "library: <reason>"
+  Value small_value;         // for non-arrays: the value itself when it is small (strings)
+};
+
+// What H5File learns about a dataset's storage, beyond the public DatasetInfo.
+struct StorageInfo {
+  size_t ds_rank = 0;      // rank of the HDF5 dataspace (array element types add trailing dims)
+  uint64_t ohdr_addr = 0;  // object header address (relative)
+  fmt::FileGeometry geo;
+  uint64_t contiguous_addr = fmt::kUndefAddr;  // absolute (H5Dget_offset already adds the user block)
+  uint64_t storage_size = 0;
+  bool external = false;       // external raw storage (H5Pget_external_count > 0)
+  bool library_only = false;   // must read through libhdf5
+  std::string library_reason;
+};
+
+class H5File : public std::enable_shared_from_this<H5File> {
+ public:
+  // Use Engine::open_file.
+  H5File(Engine& engine, std::string path);
+  ~H5File();
+  H5File(const H5File&) = delete;
+  H5File& operator=(const H5File&) = delete;
+
+  const std::string& path() const { return path_; }
+  Engine& engine() const { return engine_; }
+
+  // Members of a group, sorted by name; soft and external links followed, dangling ones left
+  // out. Throws Error(ENOENT) when group_path is not a group.
+  std::vector<LinkEntry> list_group(const std::string& group_path);
+  ObjectKind kind_of(const std::string& path);  // Other when missing
+  std::vector<std::pair<std::string, Value>> attributes(const std::string& object_path);
+
+  // Metadata of a dataset (cached). Throws Error(ENOENT) when it is not a dataset.
+  std::shared_ptr<const DatasetInfo> dataset_info(const std::string& dset_path);
+  // The dataset's bytes as an Array (cached). Throws Error(EINVAL) when it is not an array.
+  ArrayPtr dataset_array(const std::string& dset_path);
+  // Reads a whole small dataset as a Value (strings included); used for run metadata.
+  Value read_value(const std::string& dset_path, uint64_t max_elements = 100000);
+
+  // Library handle of the open file (hid_t), opened on first use; only for code holding the
+  // HDF5 lock. The handle may be closed again (bounded open files) once the lock is released.
+  int64_t handle();
+
+  // How the dataset is stored (for the direct readers).
+  StorageInfo storage_info(const std::string& dset_path);
+
+ private:
+  std::shared_ptr<const DatasetInfo> load_info(const std::string& dset_path, StorageInfo& st);
+
+  Engine& engine_;
+  std::string path_;
+  int64_t fid_ = -1;
+  std::mutex mu_;  // guards infos_, arrays_, storage_; taken after the HDF5 lock, never before
+  std::map<std::string, std::shared_ptr<const DatasetInfo>> infos_;
+  std::map<std::string, ArrayPtr> arrays_;
+  std::map<std::string, StorageInfo> storage_;
+};
+
+}  // namespace h5d

@@ -1,0 +1,62 @@
+// Every libhdf5 call goes through here: one process-wide lock (libhdf5 is either not thread-safe
+// or thread-safe by one global lock anyway; our own lock also makes call sequences atomic),
+// RAII handles, and the library's error stack turned into messages. Lock order: the HDF5 lock
+// is taken before any H5File/Engine mutex, never after.
+#pragma once
+#include <hdf5.h>
+
+#include <mutex>
+#include <string>
+
+namespace h5d::h5 {
+
+std::recursive_mutex& mutex();
+using Lock = std::unique_lock<std::recursive_mutex>;
+inline Lock lock() { return Lock(mutex()); }
+
+// Silences libhdf5's own printing of error stacks (once, at first use).
+void init_library();
+
+// The current HDF5 error stack as one line (innermost message first).
+std::string error_stack();
+
+// Throws h5d::Error(code, what + ": " + error_stack()).
+[[noreturn]] void fail_h5(int code, const std::string& what);
+
+// A checked hid_t that closes itself with the right H5*close.
+class Handle {
+ public:
+  Handle() = default;
+  explicit Handle(hid_t id) : id_(id) {}
+  ~Handle() { reset(); }
+  Handle(Handle&& o) noexcept : id_(o.id_) { o.id_ = -1; }
+  Handle& operator=(Handle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = o.id_;
+      o.id_ = -1;
+    }
+    return *this;
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  hid_t get() const { return id_; }
+  explicit operator bool() const { return id_ >= 0; }
+  void reset();
+
+ private:
+  hid_t id_ = -1;
+};
+
+// Wraps a returned id; throws with the HDF5 error stack when it is negative.
+Handle check(hid_t id, const std::string& what, int code = 5 /*EIO*/);
+void check(herr_t rc, const std::string& what, int code = 5);
+
+// H5Dchunk_iter when the loaded library has it (1.10.10+, 1.12.3+, 1.14), looked up at run time
+// so that one binary serves 1.10.8 and newer. nullptr when absent.
+using ChunkIterOp = int (*)(const hsize_t* offset, unsigned filter_mask, haddr_t addr,
+                            hsize_t size, void* op_data);
+using ChunkIterFn = herr_t (*)(hid_t dset_id, hid_t dxpl_id, ChunkIterOp cb, void* op_data);
+ChunkIterFn chunk_iter();
+
+}  // namespace h5d::h5

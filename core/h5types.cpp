@@ -1,0 +1,260 @@
+#include "core/h5types.h"
+
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/h5lib.h"
+
+namespace h5d::h5 {
+namespace {
+
+char order_char(hid_t t, size_t size) {
+  if (size == 1) return '|';
+  return H5Tget_order(t) == H5T_ORDER_BE ? '>' : '<';
+}
+
+bool is_h5py_bool(hid_t t) {
+  if (H5Tget_nmembers(t) != 2) return false;
+  Handle super(H5Tget_super(t));
+  if (H5Tget_size(super.get()) != 1) return false;
+  for (unsigned i = 0; i < 2; ++i) {
+    char* name = H5Tget_member_name(t, i);
+    if (!name) return false;
+    int8_t v = 0;
+    H5Tget_member_value(t, i, &v);
+    bool ok = (std::strcmp(name, "FALSE") == 0 && v == 0) || (std::strcmp(name, "TRUE") == 0 && v == 1);
+    H5free_memory(name);
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool scalar_typestr(hid_t t, std::string& out, std::string& why) {
+  const size_t size = H5Tget_size(t);
+  switch (H5Tget_class(t)) {
+    case H5T_INTEGER:
+    case H5T_BITFIELD: {
+      bool sign = H5Tget_class(t) == H5T_INTEGER && H5Tget_sign(t) == H5T_SGN_2;
+      if (size != 1 && size != 2 && size != 4 && size != 8) {
+        why = "integer of " + std::to_string(size) + " bytes";
+        return false;
+      }
+      out = std::string(1, order_char(t, size)) + (sign ? "i" : "u") + std::to_string(size);
+      return true;
+    }
+    case H5T_FLOAT: {
+      if (size != 2 && size != 4 && size != 8) {
+        if (size == 16 && H5Tequal(t, H5T_NATIVE_LDOUBLE) > 0) {
+          out = "<f16";
+          return true;
+        }
+        why = "float of " + std::to_string(size) + " bytes";
+        return false;
+      }
+      out = std::string(1, order_char(t, size)) + "f" + std::to_string(size);
+      return true;
+    }
+    case H5T_STRING:
+      if (H5Tis_variable_str(t) > 0) {
+        why = "variable-length string";
+        return false;
+      }
+      out = "|S" + std::to_string(size);
+      return true;
+    case H5T_OPAQUE:
+      out = "|V" + std::to_string(size);
+      return true;
+    case H5T_ENUM: {
+      if (is_h5py_bool(t)) {
+        out = "|b1";
+        return true;
+      }
+      Handle super(H5Tget_super(t));
+      return scalar_typestr(super.get(), out, why);
+    }
+    case H5T_REFERENCE: why = "object or region reference"; return false;
+    case H5T_VLEN: why = "variable-length sequence"; return false;
+    case H5T_TIME: why = "time type"; return false;
+    default: why = "unsupported type class"; return false;
+  }
+}
+
+bool complex_typestr(hid_t t, std::string& out) {
+  if (H5Tget_nmembers(t) != 2) return false;
+  char* n0 = H5Tget_member_name(t, 0);
+  char* n1 = H5Tget_member_name(t, 1);
+  bool names = n0 && n1 && std::strcmp(n0, "r") == 0 && std::strcmp(n1, "i") == 0;
+  if (n0) H5free_memory(n0);
+  if (n1) H5free_memory(n1);
+  if (!names) return false;
+  Handle t0(H5Tget_member_type(t, 0)), t1(H5Tget_member_type(t, 1));
+  if (H5Tget_class(t0.get()) != H5T_FLOAT || H5Tequal(t0.get(), t1.get()) <= 0) return false;
+  size_t fs = H5Tget_size(t0.get());
+  if ((fs != 4 && fs != 8) || H5Tget_member_offset(t, 0) != 0 || H5Tget_member_offset(t, 1) != fs ||
+      H5Tget_size(t) != 2 * fs)
+    return false;
+  out = std::string(1, order_char(t0.get(), fs)) + "c" + std::to_string(2 * fs);
+  return true;
+}
+
+bool convert(hid_t t, DType& out, Shape* subshape, std::string& why) {
+  out = DType{};
+  out.itemsize = H5Tget_size(t);
+  H5T_class_t cls = H5Tget_class(t);
+  if (cls == H5T_ARRAY) {
+    int nd = H5Tget_array_ndims(t);
+    std::vector<hsize_t> dims(static_cast<size_t>(std::max(nd, 0)));
+    H5Tget_array_dims2(t, dims.data());
+    Handle super(H5Tget_super(t));
+    Shape inner;
+    if (!convert(super.get(), out, &inner, why)) return false;
+    if (!subshape) {
+      why = "nested array type";
+      return false;
+    }
+    subshape->assign(dims.begin(), dims.end());
+    subshape->insert(subshape->end(), inner.begin(), inner.end());
+    return true;
+  }
+  if (cls == H5T_COMPOUND) {
+    if (complex_typestr(t, out.typestr)) return true;
+    int n = H5Tget_nmembers(t);
+    for (int i = 0; i < n; ++i) {
+      char* name = H5Tget_member_name(t, static_cast<unsigned>(i));
+      Field f;
+      f.name = name ? name : "";
+      if (name) H5free_memory(name);
+      f.offset = H5Tget_member_offset(t, static_cast<unsigned>(i));
+      Handle mt(H5Tget_member_type(t, static_cast<unsigned>(i)));
+      DType ft;
+      if (!convert(mt.get(), ft, &f.subshape, why)) {
+        why = "member '" + f.name + "': " + why;
+        return false;
+      }
+      f.type.push_back(std::move(ft));
+      out.fields.push_back(std::move(f));
+    }
+    if (out.fields.empty()) {
+      why = "compound type without members";
+      return false;
+    }
+    return true;
+  }
+  return scalar_typestr(t, out.typestr, why);
+}
+
+const char* class_name(H5T_class_t c) {
+  switch (c) {
+    case H5T_INTEGER: return "integer";
+    case H5T_FLOAT: return "float";
+    case H5T_STRING: return "string";
+    case H5T_BITFIELD: return "bitfield";
+    case H5T_OPAQUE: return "opaque";
+    case H5T_COMPOUND: return "compound";
+    case H5T_REFERENCE: return "reference";
+    case H5T_ENUM: return "enum";
+    case H5T_VLEN: return "vlen";
+    case H5T_ARRAY: return "array";
+    default: return "other";
+  }
+}
+
+}  // namespace
+
+bool dtype_from_h5(hid_t type, DType& out, Shape& folded, std::string& why, std::string& desc) {
+  H5T_class_t cls = H5Tget_class(type);
+  desc = class_name(cls);
+  if (cls == H5T_STRING) desc = H5Tis_variable_str(type) > 0 ? "variable-length string" : "fixed-length string";
+  if (cls == H5T_INTEGER || cls == H5T_FLOAT)
+    desc += std::to_string(H5Tget_size(type) * 8) + (H5Tget_order(type) == H5T_ORDER_BE ? " big-endian" : " little-endian");
+  folded.clear();
+  return convert(type, out, &folded, why);
+}
+
+namespace {
+
+Value nest(const std::vector<Value>& flat, const Shape& shape, size_t dim, uint64_t& pos) {
+  if (dim == shape.size()) return flat[pos++];
+  Value list = Value::list();
+  for (uint64_t i = 0; i < shape[dim]; ++i) list.items.push_back(nest(flat, shape, dim + 1, pos));
+  return list;
+}
+
+}  // namespace
+
+Value read_value(hid_t obj, bool is_attr, uint64_t max_elements) {
+  Handle type(is_attr ? H5Aget_type(obj) : H5Dget_type(obj));
+  Handle space(is_attr ? H5Aget_space(obj) : H5Dget_space(obj));
+  if (!type || !space) return Value::string("<unreadable>");
+  H5S_class_t sc = H5Sget_simple_extent_type(space.get());
+  if (sc == H5S_NULL) return Value::null();
+  int rank = H5Sget_simple_extent_ndims(space.get());
+  std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 0)));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  Shape shape(dims.begin(), dims.end());
+  const uint64_t n = product(shape);
+  if (n > max_elements) return Value::string("<" + std::to_string(n) + " elements, too many to show>");
+  auto rd = [&](hid_t mtype, void* buf) {
+    return is_attr ? H5Aread(obj, mtype, buf) : H5Dread(obj, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+  };
+  std::vector<Value> flat;
+  flat.reserve(n);
+  H5T_class_t cls = H5Tget_class(type.get());
+  if (cls == H5T_STRING) {
+    if (H5Tis_variable_str(type.get()) > 0) {
+      Handle mt(H5Tcopy(H5T_C_S1));
+      H5Tset_size(mt.get(), H5T_VARIABLE);
+      H5Tset_cset(mt.get(), H5Tget_cset(type.get()));
+      std::vector<char*> buf(n, nullptr);
+      if (n && rd(mt.get(), buf.data()) < 0) return Value::string("<unreadable: " + error_stack() + ">");
+      for (auto* s : buf) flat.push_back(Value::string(s ? s : ""));
+      if (n) {
+        if (is_attr) {
+          for (auto* s : buf) H5free_memory(s);
+        } else {
+          H5Dvlen_reclaim(mt.get(), space.get(), H5P_DEFAULT, buf.data());
+        }
+      }
+    } else {
+      size_t sz = H5Tget_size(type.get());
+      std::vector<char> buf(n * sz);
+      if (n && rd(type.get(), buf.data()) < 0) return Value::string("<unreadable: " + error_stack() + ">");
+      for (uint64_t i = 0; i < n; ++i) {
+        std::string s(&buf[i * sz], sz);
+        auto end = s.find('\0');
+        if (end != std::string::npos) s.resize(end);
+        while (!s.empty() && s.back() == ' ' && H5Tget_strpad(type.get()) == H5T_STR_SPACEPAD) s.pop_back();
+        flat.push_back(Value::string(s));
+      }
+    }
+  } else if (cls == H5T_ENUM && H5Tget_nmembers(type.get()) == 2 && H5Tget_size(type.get()) == 1) {
+    std::vector<int8_t> buf(n);
+    if (n && rd(type.get(), buf.data()) < 0) return Value::string("<unreadable>");
+    for (auto v : buf) flat.push_back(Value::boolean(v != 0));
+  } else if (cls == H5T_INTEGER || cls == H5T_ENUM || cls == H5T_BITFIELD) {
+    bool sign = cls != H5T_BITFIELD && H5Tget_sign(cls == H5T_ENUM ? Handle(H5Tget_super(type.get())).get() : type.get()) == H5T_SGN_2;
+    if (sign) {
+      std::vector<int64_t> buf(n);
+      if (n && rd(H5T_NATIVE_INT64, buf.data()) < 0) return Value::string("<unreadable>");
+      for (auto v : buf) flat.push_back(Value::integer(v));
+    } else {
+      std::vector<uint64_t> buf(n);
+      if (n && rd(H5T_NATIVE_UINT64, buf.data()) < 0) return Value::string("<unreadable>");
+      for (auto v : buf) flat.push_back(Value::uinteger(v));
+    }
+  } else if (cls == H5T_FLOAT) {
+    std::vector<double> buf(n);
+    if (n && rd(H5T_NATIVE_DOUBLE, buf.data()) < 0) return Value::string("<unreadable>");
+    for (auto v : buf) flat.push_back(Value::number(v));
+  } else {
+    return Value::string(std::string("<") + class_name(cls) + " value>");
+  }
+  H5Eclear2(H5E_DEFAULT);
+  if (sc == H5S_SCALAR) return flat.empty() ? Value::null() : flat[0];
+  uint64_t pos = 0;
+  return nest(flat, shape, 0, pos);
+}
+
+}  // namespace h5d::h5

@@ -1,0 +1,83 @@
+// LibraryArray: reads through H5Dread under the HDF5 lock. Correct for everything the library
+// reads, but serialised: used only where no direct path exists, and every use is counted with
+// its reason in the stats and (with -o debug) logged.
+#include <cstring>
+
+#include "core/dataset.h"
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/h5lib.h"
+#include "core/log.h"
+
+namespace h5d {
+namespace {
+
+class LibraryArray final : public Array {
+ public:
+  LibraryArray(Engine& e, std::shared_ptr<const DatasetInfo> info, size_t ds_rank, std::string reason)
+      : engine_(e), info_(std::move(info)), ds_rank_(ds_rank), reason_(std::move(reason)),
+        what_(info_->file + ":" + info_->path) {}
+  const Shape& shape() const override { return info_->shape; }
+  const DType& dtype() const override { return info_->dtype; }
+  std::string describe() const override { return what_; }
+
+  void plan(const Region& r, const DestView& dst, ReadPlan& plan) const override {
+    if (r.empty()) return;
+    plan.add([this, r, dst] { read(r, dst); });
+  }
+
+ private:
+  void read(const Region& r, const DestView& dst) const {
+    engine_.stats().library_reads.fetch_add(1, std::memory_order_relaxed);
+    engine_.stats().note_fallback(reason_);
+    if (log::debug_enabled()) log::debug("read " + what_ + ": library (" + reason_ + ")");
+    // Read whole HDF5 elements: the region over the dataspace, with the folded array dims full.
+    Shape buf_shape(r.count.begin(), r.count.begin() + ds_rank_);
+    for (size_t k = ds_rank_; k < info_->shape.size(); ++k) buf_shape.push_back(info_->shape[k]);
+    const size_t E = info_->dtype.itemsize;
+    std::vector<uint8_t> buf(product(buf_shape) * E);
+    {
+      h5::Lock lk = h5::lock();
+      try {
+        auto file = engine_.open_file(info_->file);
+        h5::Handle dset = h5::check(H5Dopen2(file->handle(), info_->path.c_str(), H5P_DEFAULT), "H5Dopen");
+        h5::Handle ftype = h5::check(H5Dget_type(dset.get()), "H5Dget_type");
+        h5::Handle fspace = h5::check(H5Dget_space(dset.get()), "H5Dget_space");
+        h5::Handle mspace;
+        if (ds_rank_ == 0) {
+          mspace = h5::check(H5Screate(H5S_SCALAR), "H5Screate");
+        } else {
+          std::vector<hsize_t> start(r.start.begin(), r.start.begin() + ds_rank_);
+          std::vector<hsize_t> count(r.count.begin(), r.count.begin() + ds_rank_);
+          h5::check(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
+                    "H5Sselect_hyperslab");
+          mspace = h5::check(H5Screate_simple(static_cast<int>(ds_rank_), count.data(), nullptr), "H5Screate_simple");
+        }
+        h5::check(H5Dread(dset.get(), ftype.get(), mspace.get(), fspace.get(), H5P_DEFAULT, buf.data()), "H5Dread");
+      } catch (...) {
+        rethrow_with_context(what_ + " (library read: " + reason_ + ")");
+      }
+    }
+    Shape off(r.start.size(), 0);
+    for (size_t k = ds_rank_; k < r.start.size(); ++k) off[k] = r.start[k];
+    auto bst = c_strides(buf_shape, E);
+    const uint8_t* src = buf.data();
+    for (size_t k = 0; k < off.size(); ++k) src += off[k] * static_cast<uint64_t>(bst[k]);
+    copy_region(r.count, E, src, bst, dst.base, dst.strides);
+  }
+
+  Engine& engine_;
+  std::shared_ptr<const DatasetInfo> info_;
+  size_t ds_rank_;
+  std::string reason_;
+  std::string what_;
+};
+
+}  // namespace
+
+ArrayPtr make_library_array(Engine& engine, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st,
+                            const std::string& reason) {
+  return std::make_shared<LibraryArray>(engine, std::move(info), st.ds_rank, reason);
+}
+
+}  // namespace h5d

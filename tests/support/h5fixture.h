@@ -1,0 +1,52 @@
+// Test fixtures written with the HDF5 C API, and the oracle: H5Dread of a whole dataset in its
+// own file type (no conversion), i.e. exactly the bytes h5py's dset[()] holds.
+#pragma once
+#include <hdf5.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace h5d::test {
+
+// A scratch directory for this test process (under $H5D_TEST_TMP or /tmp), created on first use.
+std::string scratch_dir();
+std::string scratch_path(const std::string& name);
+
+struct DsetSpec {
+  std::string name = "d";
+  hid_t type = H5T_STD_U16LE;          // file type (also used as memory type when writing)
+  std::vector<hsize_t> dims;
+  std::vector<hsize_t> maxdims;        // empty = dims; H5S_UNLIMITED allowed
+  std::string layout = "chunked";      // chunked | contiguous | compact
+  std::vector<hsize_t> chunks;
+  bool shuffle = false, deflate = false, fletcher32 = false;
+  int deflate_level = 1;
+  std::vector<std::pair<int, std::vector<unsigned>>> extra_filters;  // (id, cd_values), optional
+  bool dont_filter_partial = false;
+  bool alloc_early = false;
+  bool fill_never = false;
+  std::vector<uint8_t> fill_value;     // one element, empty = default
+  // Which elements to write: default all. Called with the data buffer to fill.
+  bool write_data = true;
+  std::vector<hsize_t> write_start, write_count;  // a hyperslab to write instead of everything
+};
+
+struct FileSpec {
+  std::string path;
+  bool latest = false;       // libver latest (new chunk indexes, object header v2)
+  hsize_t userblock = 0;
+  size_t sizeof_offsets = 8, sizeof_lengths = 8;
+};
+
+// Deterministic pseudo-random bytes (detector-like for 2-byte types: smooth noise).
+std::vector<uint8_t> pattern_bytes(size_t n, uint32_t seed);
+
+// Creates (or opens, appending) the file and writes one dataset filled with pattern bytes.
+void write_dataset(const FileSpec& f, const DsetSpec& d, uint32_t seed = 1);
+
+// The oracle: all bytes of the dataset as H5Dread returns them in the file type.
+std::vector<uint8_t> h5_read_all(const std::string& path, const std::string& dset);
+
+}  // namespace h5d::test

@@ -1,0 +1,292 @@
+// The EuXFEL run model (core/euxfel/run.h) against runs written by tests/python/euxfel_mock.py,
+// whose expected arrays (what EXtra-data's run[source, key].ndarray() and
+// .train_id_coordinates() give) are computed from the generator's inputs, not read back.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/euxfel/run.h"
+#include "core/h5file.h"
+
+using h5d::euxfel::Run;
+using h5d::euxfel::RunOptions;
+
+namespace {
+
+std::string repo_root() {
+  std::string f = __FILE__;  // <repo>/tests/unit/test_euxfel.cpp
+  return f.substr(0, f.rfind("/tests/unit/"));
+}
+
+std::string tmp_root() {
+  const char* t = std::getenv("H5D_TEST_TMP");
+  std::string base = t ? t : "/tmp";
+  ::mkdir(base.c_str(), 0755);
+  return base;
+}
+
+bool have_generator() {
+  static int ok = -1;
+  if (ok < 0) ok = std::system("/usr/bin/python3 -c 'import h5py, numpy' >/dev/null 2>&1") == 0;
+  return ok == 1;
+}
+
+// Runs the generator into a fresh directory; returns that directory ("" on failure).
+std::string generate(const std::string& args) {
+  static int n = 0;
+  std::string out = tmp_root() + "/euxfel-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
+  std::string cmd = "rm -rf '" + out + "' && /usr/bin/python3 '" + repo_root() +
+                    "/tests/python/euxfel_mock.py' '" + out + "' --small-images " + args +
+                    " >/dev/null";
+  if (std::system(cmd.c_str()) != 0) return "";
+  return out;
+}
+
+struct Npy {
+  std::string descr;
+  std::vector<uint64_t> shape;
+  std::string data;
+};
+
+Npy load_npy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  REQUIRE(s.size() >= 10);
+  REQUIRE(s.compare(0, 6, "\x93NUMPY") == 0);
+  size_t hlen, off;
+  if (s[6] == 1) {
+    hlen = uint8_t(s[8]) | (uint8_t(s[9]) << 8);
+    off = 10;
+  } else {
+    hlen = uint8_t(s[8]) | (uint8_t(s[9]) << 8) | (uint8_t(s[10]) << 16) | (size_t(uint8_t(s[11])) << 24);
+    off = 12;
+  }
+  std::string h = s.substr(off, hlen);
+  Npy out;
+  size_t d = h.find("'descr': '");
+  REQUIRE(d != std::string::npos);
+  d += 10;
+  out.descr = h.substr(d, h.find('\'', d) - d);
+  size_t sh = h.find("'shape': (");
+  REQUIRE(sh != std::string::npos);
+  sh += 10;
+  std::string dims = h.substr(sh, h.find(')', sh) - sh);
+  std::stringstream ds(dims);
+  std::string tok;
+  while (std::getline(ds, tok, ',')) {
+    if (tok.find_first_not_of(' ') == std::string::npos) continue;
+    out.shape.push_back(std::stoull(tok));
+  }
+  out.data = s.substr(off + hlen);
+  return out;
+}
+
+std::string read_all(h5d::Engine& engine, const h5d::Array& a) {
+  std::string buf(a.nbytes(), '\0');
+  if (!buf.empty()) engine.read_bytes(a, 0, buf.size(), reinterpret_cast<uint8_t*>(&buf[0]));
+  return buf;
+}
+
+nlohmann::json load_manifest(const std::string& out) {
+  std::ifstream in(out + "/expected/expected.json");
+  return nlohmann::json::parse(in);
+}
+
+// Every key of the manifest: shape, dtype, bytes and per-row train IDs equal the expectation.
+void check_run(h5d::Engine& engine, Run& run, const std::string& out, const nlohmann::json& m) {
+  Npy tids = load_npy(out + "/expected/" + m["train_ids"].get<std::string>());
+  std::string got_tids = read_all(engine, *run.train_ids_array());
+  CHECK(run.train_ids().size() == tids.shape.at(0));
+  CHECK(got_tids == tids.data);
+
+  for (const auto& [name, section] : m["sources"].items()) {
+    INFO("source " << name);
+    REQUIRE(run.has_source(name));
+    CHECK(run.source(name).is_control() == (section == "CONTROL"));
+  }
+  CHECK(run.source_names().size() == m["sources"].size());
+
+  size_t checked = 0;
+  for (const auto& k : m["keys"]) {
+    std::string src = k["source"], key = k["key"];
+    INFO(src << " " << key);
+    h5d::euxfel::KeyInfo info = run.key(src, key);
+    CHECK(info.is_array == k["is_array"].get<bool>());
+    CHECK(info.rows == k["rows"].get<uint64_t>());
+    CHECK(info.group == k["group"].get<std::string>());
+    Npy et = load_npy(out + "/expected/" + k["train_ids"].get<std::string>());
+    CHECK(read_all(engine, *run.key_train_ids(src, key)) == et.data);
+    if (!k["is_array"].get<bool>()) {
+      CHECK_THROWS_AS(run.key_array(src, key), h5d::Error);
+      continue;
+    }
+    Npy e = load_npy(out + "/expected/" + k["data"].get<std::string>());
+    h5d::ArrayPtr a = run.key_array(src, key);
+    CHECK(a->shape() == e.shape);
+    CHECK(a->dtype().typestr == e.descr);
+    std::string got = read_all(engine, *a);
+    CHECK(got.size() == e.data.size());
+    CHECK((got == e.data));
+    ++checked;
+  }
+  CHECK(checked > 0);
+
+  for (const auto& [legacy, canonical] : m["legacy"].items()) {
+    INFO("legacy " << legacy);
+    REQUIRE(run.has_source(legacy));
+    if (run.overview().empty()) CHECK(run.source(legacy).alias_of() == canonical.get<std::string>());
+    // The legacy name reads the same data as the canonical one.
+    CHECK(read_all(engine, *run.key_array(legacy, "image.data")) ==
+          read_all(engine, *run.key_array(canonical, "image.data")));
+  }
+  for (const auto& [src, dups] : m["duplicates"].items()) {
+    INFO("duplicates " << src);
+    CHECK(run.source(src).duplicate_trains() == dups.get<std::vector<uint64_t>>());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("euxfel: run of sequence files, every format version", "[euxfel]") {
+  if (!have_generator()) {
+    WARN("skipped: /usr/bin/python3 with h5py and numpy is needed to write test runs");
+    return;
+  }
+  for (const char* fmt : {"0.5", "1.0", "1.2", "1.3"}) {
+    SECTION(std::string("format ") + fmt) {
+      std::string out = generate(std::string("--format ") + fmt);
+      REQUIRE(!out.empty());
+      auto m = load_manifest(out);
+      h5d::Engine engine(h5d::EngineOptions{});
+      auto run = Run::open(engine, m["run_dir"].get<std::string>());
+      CHECK(run->overview().empty());
+      CHECK(run->format_version() == fmt);
+      CHECK(run->run_number() == 338);
+      check_run(engine, *run, out, m);
+      // RUN values of a CONTROL source (SourceData.run_values()).
+      h5d::Value rv = run->run_values("SA1_XTD2_XGM/DOOCS/MAIN");
+      bool found = false;
+      for (const auto& [k, v] : rv.members)
+        if (k == "classId.value") found = v.kind == h5d::Value::Kind::String && v.s == "DoocsXGM";
+      CHECK(found);
+      // Attributes: CONTROL .value keys carry the parent group's attributes.
+      auto ki = run->key("SA1_XTD2_XGM/DOOCS/MAIN", "pulseEnergy.photonFlux.value");
+      bool desc = false;
+      for (const auto& [an, av] : ki.attrs) desc |= an == "description";
+      CHECK(desc);
+      std::system(("rm -rf '" + out + "'").c_str());
+    }
+  }
+}
+
+TEST_CASE("euxfel: old first/last/status index", "[euxfel]") {
+  if (!have_generator()) return;
+  std::string out = generate("--scenario oldindex --format 1.0");
+  REQUIRE(!out.empty());
+  auto m = load_manifest(out);
+  h5d::Engine engine(h5d::EngineOptions{});
+  auto run = Run::open(engine, m["run_dir"].get<std::string>());
+  check_run(engine, *run, out, m);
+  std::system(("rm -rf '" + out + "'").c_str());
+}
+
+TEST_CASE("euxfel: virtual overview file gives the same arrays", "[euxfel]") {
+  if (!have_generator()) return;
+  std::string out = generate("--overview --format 1.2");
+  REQUIRE(!out.empty());
+  auto m = load_manifest(out);
+  std::string dir = m["run_dir"];
+  h5d::Engine engine(h5d::EngineOptions{});
+  auto run = Run::open(engine, dir);
+  CHECK(run->overview() == dir + "/overview.h5");
+  CHECK(run->files().size() == 1);
+  check_run(engine, *run, out, m);
+
+  RunOptions no_ov;
+  no_ov.use_overview = false;
+  auto plain = Run::open(engine, dir, no_ov);
+  CHECK(plain->overview().empty());
+  CHECK(plain->files().size() > 1);
+  check_run(engine, *plain, out, m);
+
+  // A file whose size no longer matches makes the overview invalid (voview.check_sources).
+  std::string victim = dir + "/RAW-R0338-DA01-S00001.h5";
+  REQUIRE(::truncate(victim.c_str(), 0) == 0);
+  std::string why;
+  CHECK(h5d::euxfel::find_valid_overview(engine, dir, &why).empty());
+  CHECK(why.find("size") != std::string::npos);
+  std::system(("rm -rf '" + out + "'").c_str());
+}
+
+TEST_CASE("euxfel: corrected data with legacy DET names", "[euxfel]") {
+  if (!have_generator()) return;
+  std::string out = generate("--scenario corr --format 1.2");
+  REQUIRE(!out.empty());
+  auto m = load_manifest(out);
+  h5d::Engine engine(h5d::EngineOptions{});
+  auto run = Run::open(engine, m["run_dir"].get<std::string>());
+  CHECK(run->source("SPB_DET_AGIPD1M-1/DET/0CH0:xtdf").alias_of() ==
+        "SPB_DET_AGIPD1M-1/CORR/0CH0:output");
+  CHECK(run->source("SPB_DET_AGIPD1M-1/CORR/0CH0:output").alias_of().empty());
+  check_run(engine, *run, out, m);
+  std::system(("rm -rf '" + out + "'").c_str());
+}
+
+TEST_CASE("euxfel: a train in two sequence files is reported, rows kept in file order",
+          "[euxfel]") {
+  if (!have_generator()) return;
+  std::string out = generate("--scenario dup --format 1.3");
+  REQUIRE(!out.empty());
+  auto m = load_manifest(out);
+  REQUIRE(m["duplicates"].size() > 0);
+  h5d::Engine engine(h5d::EngineOptions{});
+  auto run = Run::open(engine, m["run_dir"].get<std::string>());
+  check_run(engine, *run, out, m);
+  bool reported = false;
+  for (const auto& e : run->errors()) reported |= e.find("conflicting data") != std::string::npos;
+  CHECK(reported);
+  std::system(("rm -rf '" + out + "'").c_str());
+}
+
+TEST_CASE("euxfel: suspect trains are dropped with inc_suspect_trains=false", "[euxfel]") {
+  if (!have_generator()) return;
+  std::string out = generate("--format 1.3");
+  REQUIRE(!out.empty());
+  auto m = load_manifest(out);
+  h5d::Engine engine(h5d::EngineOptions{});
+  RunOptions o;
+  o.inc_suspect_trains = false;
+  auto run = Run::open(engine, m["run_dir"].get<std::string>(), o);
+  // The generator flags train 10005 as suspect (INDEX/flag 0) in the first sequence files.
+  auto& t = run->train_ids();
+  CHECK(std::find(t.begin(), t.end(), 10005u) == t.end());
+  auto gi = run->group_index("SA1_XTD2_XGM/DOOCS/MAIN", "");
+  for (const auto& b : gi->blocks)
+    CHECK(std::find(b.train_ids.begin(), b.train_ids.end(), 10005u) == b.train_ids.end());
+  auto all = Run::open(engine, m["run_dir"].get<std::string>());
+  CHECK(all->train_ids().size() == t.size() + 1);
+  std::system(("rm -rf '" + out + "'").c_str());
+}
+
+TEST_CASE("euxfel: run directory recognition", "[euxfel]") {
+  CHECK(h5d::euxfel::is_sequence_file_name("RAW-R0338-AGIPD00-S00001.h5"));
+  CHECK(h5d::euxfel::is_sequence_file_name("CORR-R0001-DA01-S00000.h5"));
+  CHECK_FALSE(h5d::euxfel::is_sequence_file_name("overview.h5"));
+  CHECK_FALSE(h5d::euxfel::is_sequence_file_name("RAW-R0338-OVERVIEW.h5"));
+  CHECK_FALSE(h5d::euxfel::is_sequence_file_name("data.h5"));
+  CHECK_FALSE(h5d::euxfel::looks_like_run_dir("/nonexistent"));
+}
