@@ -43,7 +43,10 @@ void dim_segments(const Hyperslab& v, size_t kv, const Hyperslab& s, size_t ks, 
                   uint64_t src_extent, std::vector<Seg>& out) {
   const uint64_t vb = v.block[kv], vc = v.count[kv], vs0 = v.start[kv];
   const uint64_t vst = std::max<uint64_t>(v.stride[kv], 1);
-  uint64_t i = r0 <= vs0 ? 0 : (r0 - vs0) / vst;
+  if (vc == 0) return;
+  // Blocks before i end before r0 (stride >= block whenever count > 1; with count 1 HDF5 may
+  // report stride 1, hence the clamp).
+  uint64_t i = r0 <= vs0 ? 0 : std::min((r0 - vs0) / vst, vc - 1);
   for (; i < vc; ++i) {
     const uint64_t b0 = vs0 + i * vst;
     if (b0 >= r1) break;
@@ -117,6 +120,7 @@ class VirtualArray final : public Array {
     bool use_fallback = false;
     std::vector<ArrayPtr> sources;    // nullptr: missing (errors[m] says why)
     std::vector<std::string> errors;
+    std::vector<Hyperslab> srcspace;  // effective source selections
     // Per mapping: paired (virtual dim, source dim) and the fixed coordinates of the others.
     std::vector<std::vector<std::pair<size_t, size_t>>> pairs;
   };
@@ -144,36 +148,54 @@ class VirtualArray final : public Array {
     res.sources.resize(maps.size());
     res.errors.resize(maps.size());
     res.pairs.resize(maps.size());
+    res.srcspace.resize(maps.size());
     for (size_t m = 0; m < maps.size(); ++m) {
       const VdsMapping& map = maps[m];
       const std::string where = what_ + ": VDS mapping " + std::to_string(m) + " (" + map.file_name + ":" + map.dataset_name + ")";
       if (map.resolved_file.empty()) {
         res.errors[m] = where + ": source file not found";
-        continue;
-      }
-      try {
-        auto file = engine_.open_file(map.resolved_file);
-        auto sinfo = file->dataset_info(map.dataset_name);
-        if (!sinfo->is_array || sinfo->dtype.itemsize != info_->dtype.itemsize ||
-            npy_descr_literal(sinfo->dtype) != npy_descr_literal(info_->dtype)) {
-          res.use_fallback = true;  // type conversion between source and VDS: the library does it
-          engine_.stats().note_fallback("VDS source type differs from the VDS type");
-          return;
+      } else {
+        try {
+          auto file = engine_.open_file(map.resolved_file);
+          auto sinfo = file->dataset_info(map.dataset_name);
+          if (!sinfo->is_array || sinfo->dtype.itemsize != info_->dtype.itemsize ||
+              npy_descr_literal(sinfo->dtype) != npy_descr_literal(info_->dtype)) {
+            res.use_fallback = true;  // type conversion between source and VDS: the library does it
+            engine_.stats().note_fallback("VDS source type differs from the VDS type");
+            return;
+          }
+          res.sources[m] = file->dataset_array(map.dataset_name);
+        } catch (const Error& e) {
+          if (e.code() == ELOOP) throw;
+          res.errors[m] = where + ": " + e.what();
         }
-        res.sources[m] = file->dataset_array(map.dataset_name);
-      } catch (const Error& e) {
-        if (e.code() == ELOOP) throw;
-        res.errors[m] = where + ": " + e.what();
-        continue;
       }
+      // An "all" source selection may come without an extent: take the source's shape.
+      // A missing source selected whole is taken to have the shape of its virtual selection,
+      // so that reads touching it can say it is missing.
+      res.srcspace[m] = map.srcspace;
+      if (map.srcspace.is_all) {
+        Shape sshape;
+        if (res.sources[m]) {
+          sshape = res.sources[m]->shape();
+        } else {
+          for (size_t k = 0; k < map.vspace.count.size(); ++k) sshape.push_back(nsel(map.vspace, k));
+        }
+        Hyperslab& h = res.srcspace[m];
+        h.start.assign(sshape.size(), 0);
+        h.stride.assign(sshape.size(), 1);
+        h.count.assign(sshape.size(), 1);
+        h.block = sshape;
+      }
+      const Hyperslab& srcsel = res.srcspace[m];
       // Pair the dimensions that select more than one element, in order.
       std::vector<size_t> vd, sd;
       for (size_t k = 0; k < map.vspace.count.size(); ++k)
         if (nsel(map.vspace, k) != 1) vd.push_back(k);
-      for (size_t k = 0; k < map.srcspace.count.size(); ++k)
-        if (nsel(map.srcspace, k) != 1) sd.push_back(k);
+      for (size_t k = 0; k < srcsel.count.size(); ++k)
+        if (nsel(srcsel, k) != 1) sd.push_back(k);
       bool ok = vd.size() == sd.size();
-      for (size_t i = 0; ok && i < vd.size(); ++i) ok = nsel(map.vspace, vd[i]) == nsel(map.srcspace, sd[i]);
+      for (size_t i = 0; ok && i < vd.size(); ++i) ok = nsel(map.vspace, vd[i]) == nsel(srcsel, sd[i]);
       if (!ok) {
         res.use_fallback = true;
         engine_.stats().note_fallback("VDS mapping whose selections differ in shape");
@@ -191,10 +213,12 @@ class VirtualArray final : public Array {
     for (size_t m = 0; m < maps.size(); ++m) {
       const VdsMapping& map = maps[m];
       const Hyperslab& v = map.vspace;
-      const Hyperslab& s = map.srcspace;
+      const Hyperslab& s = res.srcspace[m];
       const size_t vrank = v.start.size(), srank = s.start.size();
       if (vrank != r.start.size()) continue;
-      Shape src_extent = res.sources[m] ? res.sources[m]->shape() : map.src_shape;
+      Shape src_extent = res.sources[m] ? res.sources[m]->shape() : s.block;
+      if (!res.sources[m])  // missing: its extent is unknown; cover the whole selection
+        for (size_t k = 0; k < src_extent.size(); ++k) src_extent[k] = ~uint64_t(0);
       // Fixed virtual coordinates must lie inside r.
       bool inside = true;
       std::vector<bool> v_paired(vrank, false), s_paired(srank, false);
