@@ -167,6 +167,9 @@ class ChunkedArray final : public DatasetArray {
   void plan(const Region& r, const DestView& dst, ReadPlan& plan) const override {
     if (r.empty()) return;
     const ChunkContext& ctx = context();
+    // Unfiltered chunks become byte runs gathered across chunks, so neighbours in the file
+    // merge into large preads straight into the destination.
+    std::vector<Run> runs;
     for_each_chunk(r, [&](const Shape& cc, uint64_t lin, const Region& sub) {
       DestView d = dst;
       for (size_t k = 0; k < sub.start.size(); ++k)
@@ -180,9 +183,7 @@ class ChunkedArray final : public DatasetArray {
         return;
       }
       if (!needs_decode(cc, *loc)) {
-        std::vector<Run> runs;
         collect_runs(loc->addr, chunk_ext_, dtype().itemsize, in_chunk, d, runs);
-        plan_runs(engine_, info_->file, what_, runs, plan);
         return;
       }
       fmt::ChunkLoc l = *loc;
@@ -193,6 +194,7 @@ class ChunkedArray final : public DatasetArray {
                     d.base, d.strides);
       });
     });
+    if (!runs.empty()) plan_runs(engine_, info_->file, what_, runs, plan);
     if (log::debug_enabled()) log::debug("read " + what_ + ": direct (chunked, " + info_->chunk_index + ")");
   }
 

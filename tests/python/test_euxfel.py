@@ -1,0 +1,194 @@
+"""EuXFEL run view end to end: runs written by euxfel_mock.py are mounted with mount.h5direct and
+every key's .npy and its train-ID file are compared with the arrays EXtra-data would return
+(computed by the generator from its inputs)."""
+import json
+import os
+import os.path as osp
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+import euxfel_mock  # noqa: E402
+
+BIN = os.environ.get('H5DIRECT_BIN')
+pytestmark = pytest.mark.skipif(not BIN or not osp.exists(BIN),
+                                reason='H5DIRECT_BIN (the built mount.h5direct) is not set')
+
+
+def _tmp_base():
+    base = os.environ.get('H5D_TEST_TMP') or tempfile.gettempdir()
+    os.makedirs(base, exist_ok=True)
+    return tempfile.mkdtemp(prefix='euxfel-py-', dir=base)
+
+
+class Mount:
+    """Minimal mount helper: mount.h5direct SRC MNT -f [-o opts], always unmounted."""
+    def __init__(self, src, opts=None, timeout=20):
+        self.mnt = tempfile.mkdtemp(prefix='mnt-', dir=osp.dirname(src.rstrip('/')))
+        cmd = [BIN, src, self.mnt, '-f']
+        if opts:
+            cmd += ['-o', opts]
+        self.log = open(self.mnt + '.log', 'w')
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        t0 = time.monotonic()
+        while not osp.ismount(self.mnt):
+            if self.proc.poll() is not None:
+                self.close()
+                raise RuntimeError(f'mount.h5direct exited with {self.proc.returncode}: '
+                                   + open(self.mnt + '.log').read())
+            if time.monotonic() - t0 > timeout:
+                self.close()
+                raise TimeoutError('mount did not appear')
+            time.sleep(0.05)
+
+    def close(self):
+        subprocess.run(['fusermount3', '-u', '-z', self.mnt], stderr=subprocess.DEVNULL)
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.log.close()
+        try:
+            os.rmdir(self.mnt)
+        except OSError:
+            pass
+
+
+@pytest.fixture
+def mount_factory():
+    mounts = []
+
+    def make(src, opts=None):
+        m = Mount(src, opts)
+        mounts.append(m)
+        return m.mnt
+
+    yield make
+    for m in mounts:
+        m.close()
+
+
+def make_run(**kw):
+    out = _tmp_base()
+    euxfel_mock.build(out, image_dims=(2, 16, 8), **kw)
+    with open(osp.join(out, 'expected', 'expected.json')) as f:
+        return out, json.load(f)
+
+
+def check_run_view(root, out, manifest):
+    exp = osp.join(out, 'expected')
+    assert np.array_equal(np.load(osp.join(root, 'trainId.npy')),
+                          np.load(osp.join(exp, manifest['train_ids'])))
+    meta = json.load(open(osp.join(root, 'run.json')))
+    assert meta['run'] == 338
+    assert set(meta['sources']) == set(manifest['sources'])
+    checked = 0
+    for k in manifest['keys']:
+        src_dir = osp.join(root, *k['source'].split('/'))
+        side = json.load(open(osp.join(src_dir, k['key'] + '.json')))
+        assert side['is_array'] == k['is_array'], k
+        assert side['rows'] == k['rows'], k
+        tids = np.load(osp.join(src_dir, side['train_ids']))
+        assert tids.dtype == np.uint64
+        assert np.array_equal(tids, np.load(osp.join(exp, k['train_ids']))), k
+        if not k['is_array']:
+            assert not osp.exists(osp.join(src_dir, k['key'] + '.npy'))
+            continue
+        arr = np.load(osp.join(src_dir, k['key'] + '.npy'))
+        e = np.load(osp.join(exp, k['data']))
+        assert arr.dtype == e.dtype and arr.shape == e.shape, k
+        assert np.array_equal(arr, e), k
+        raw = open(osp.join(src_dir, k['key'] + '.raw'), 'rb').read()
+        assert raw == e.tobytes()
+        for a, v in k.get('attrs', {}).items():
+            assert a in side['attrs']
+        checked += 1
+    assert checked > 10
+
+
+@pytest.mark.parametrize('fmt', ['0.5', '1.0', '1.2', '1.3'])
+def test_run_view_formats(mount_factory, fmt):
+    out, m = make_run(format_version=fmt)
+    try:
+        root = mount_factory(m['run_dir'])
+        check_run_view(root, out, m)
+        rv = json.load(open(osp.join(root, 'SA1_XTD2_XGM', 'DOOCS', 'MAIN', '.run_values.json')))
+        assert rv['run_values']['classId.value'] == 'DoocsXGM'
+        assert os.listdir(osp.join(root, 'SA1_XTD2_XGM', 'DOOCS', 'MAIN', '.train_ids')) == \
+            ['control.npy']
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def test_tree_of_runs_and_plain_files(mount_factory):
+    """A proposal-like tree: raw/r0338 becomes a run view, a plain HDF5 file keeps its view."""
+    out, m = make_run(format_version='1.3')
+    try:
+        import h5py
+        with h5py.File(osp.join(out, 'plain.h5'), 'w') as f:
+            f['x'] = np.arange(5)
+        root = mount_factory(out)
+        assert 'r0338' in os.listdir(osp.join(root, 'raw'))
+        check_run_view(osp.join(root, 'raw', 'r0338'), out, m)
+        assert np.array_equal(np.load(osp.join(root, 'plain.h5', 'x.npy')), np.arange(5))
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def test_run_view_off(mount_factory):
+    out, m = make_run(format_version='1.3')
+    try:
+        root = mount_factory(m['run_dir'], 'run_view=off')
+        names = os.listdir(root)
+        assert 'RAW-R0338-DA01-S00000.h5' in names and 'run.json' not in names
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def test_overview_same_arrays(mount_factory):
+    out, m = make_run(format_version='1.2', overview=True)
+    try:
+        root = mount_factory(m['run_dir'])
+        meta = json.load(open(osp.join(root, 'run.json')))
+        assert meta['overview_file'].endswith('overview.h5')
+        check_run_view(root, out, m)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def test_corrected_legacy_links(mount_factory):
+    out, m = make_run(scenario='corr', format_version='1.2')
+    try:
+        root = mount_factory(m['run_dir'])
+        legacy = osp.join(root, 'SPB_DET_AGIPD1M-1', 'DET', '0CH0:xtdf')
+        assert osp.islink(legacy)
+        assert os.readlink(legacy) == '../CORR/0CH0:output'
+        check_run_view(root, out, m)
+        a = np.load(osp.join(legacy, 'image.data.npy'))
+        b = np.load(osp.join(root, 'SPB_DET_AGIPD1M-1', 'CORR', '0CH0:output', 'image.data.npy'))
+        assert np.array_equal(a, b)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def test_duplicated_train_reported(mount_factory):
+    out, m = make_run(scenario='dup', format_version='1.3')
+    try:
+        root = mount_factory(m['run_dir'])
+        check_run_view(root, out, m)
+        side = json.load(open(osp.join(root, 'SA1_XTD2_XGM', 'DOOCS', 'MAIN',
+                                       'pulseEnergy.photonFlux.value.json')))
+        assert side['duplicate_trains'] == m['duplicates']['SA1_XTD2_XGM/DOOCS/MAIN']
+        meta = json.load(open(osp.join(root, 'run.json')))
+        assert any('conflicting data' in e for e in meta['errors'])
+    finally:
+        shutil.rmtree(out, ignore_errors=True)

@@ -1,0 +1,242 @@
+#include "vfs/run_view.h"
+
+#include <sys/stat.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/euxfel/run.h"
+#include "core/log.h"
+#include "vfs/npy.h"
+#include "vfs/sidecar.h"
+
+namespace h5d::vfs {
+namespace {
+
+using euxfel::KeyInfo;
+using euxfel::Run;
+using nlohmann::json;
+
+constexpr const char* kTrainIdsDir = ".train_ids";
+constexpr const char* kRunValues = ".run_values.json";
+
+std::string group_file_name(const std::string& group) {
+  return (group.empty() ? std::string("control") : group) + ".npy";
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (true) {
+    size_t next = s.find('/', pos);
+    std::string part = s.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+    if (!part.empty() && part != "." && part != "..") out.push_back(part);
+    if (next == std::string::npos) break;
+    pos = next + 1;
+  }
+  return out;
+}
+
+// Relative symlink target from the directory holding `from` to `to` (both source paths).
+std::string relative_target(const std::string& from, const std::string& to) {
+  std::vector<std::string> a = split(from), b = split(to);
+  size_t common = 0;
+  while (common + 1 < a.size() && common < b.size() && a[common] == b[common]) ++common;
+  std::string out;
+  for (size_t i = common; i + 1 < a.size(); ++i) out += "../";
+  for (size_t i = common; i < b.size(); ++i) out += b[i] + (i + 1 < b.size() ? "/" : "");
+  return out;
+}
+
+std::string render(const json& j) { return j.dump(2) + "\n"; }
+
+ArraySpec u64_spec(std::shared_ptr<const Array> a, const std::string& what) {
+  ArraySpec spec;
+  spec.shape = a->shape();
+  spec.dtype = a->dtype();
+  spec.what = what;
+  spec.read_path = "memory";
+  spec.loader = [a] { return a; };
+  return spec;
+}
+
+json key_sidecar(Run& run, const std::string& source, const KeyInfo& k) {
+  const euxfel::Source& s = run.source(source);
+  json j;
+  j["source"] = source;
+  j["key"] = k.name;
+  j["section"] = s.is_control() ? "CONTROL" : "INSTRUMENT";
+  j["index_group"] = k.group;
+  j["dataset_path"] = k.dset_path;
+  j["is_array"] = k.is_array;
+  j["hdf5_type"] = k.hdf5_type;
+  Shape shape{k.rows};
+  shape.insert(shape.end(), k.entry_shape.begin(), k.entry_shape.end());
+  j["shape"] = shape;
+  j["entry_shape"] = k.entry_shape;
+  j["rows"] = k.rows;
+  if (k.is_array) {
+    j["dtype"] = dtype_descr_json(k.dtype);
+    j["npy_data_offset"] = npy_header(k.dtype, shape).size();
+  } else {
+    j["why_not_array"] = k.why_not_array;
+    j["value"] = k.small_value.kind == Value::Kind::Null ? json(nullptr) : to_json(k.small_value);
+    j["value_note"] = "value of the dataset in the source's first file, when small";
+  }
+  j["train_ids"] = std::string(kTrainIdsDir) + "/" + group_file_name(k.group);
+  json attrs = json::object();
+  for (const auto& [n, v] : k.attrs) attrs[n] = to_json(v);
+  j["attrs"] = attrs;
+  json files = json::array();
+  for (size_t fi : s.files()) files.push_back(run.files()[fi].name);
+  j["files"] = files;
+  if (!s.alias_of().empty()) j["legacy_name_of"] = s.alias_of();
+  if (!s.duplicate_trains().empty()) {
+    j["duplicate_trains"] = s.duplicate_trains();
+    j["error"] = "the same train ID occurs more than once in this source's files; rows are "
+                 "shown as stored (EXtra-data refuses to open such a run)";
+  }
+  auto gi = run.group_index(source, k.group);
+  if (!gi->errors.empty()) j["index_errors"] = gi->errors;
+  return j;
+}
+
+// The directory of one source: its keys, .train_ids/, .run_values.json, plus sub-directories
+// of sources whose names continue below this one.
+class SourceDirProvider final : public DirProvider {
+ public:
+  SourceDirProvider(const TreeContext& ctx, std::shared_ptr<Run> run, std::string source,
+                    std::vector<ChildEntry> subdirs, NodeMeta dmeta, NodeMeta fmeta)
+      : ctx_(ctx), run_(std::move(run)), source_(std::move(source)),
+        subdirs_(std::move(subdirs)), dmeta_(dmeta), fmeta_(fmeta) {}
+
+  std::vector<ChildEntry> list() override {
+    std::vector<ChildEntry> out = subdirs_;
+    std::shared_ptr<Run> run = run_;
+    const std::string source = source_;
+    std::vector<KeyInfo> keys = run->keys(source);
+    std::map<std::string, std::shared_ptr<const euxfel::GroupIndex>> groups;
+    for (const KeyInfo& k : keys) {
+      if (!groups.count(k.group)) groups[k.group] = run->group_index(source, k.group);
+      json side = key_sidecar(*run, source, k);
+      std::string text = render(side);
+      if (k.is_array) {
+        ArraySpec spec;
+        spec.shape = Shape{k.rows};
+        spec.shape.insert(spec.shape.end(), k.entry_shape.begin(), k.entry_shape.end());
+        spec.dtype = k.dtype;
+        spec.what = run->dir() + ": " + source + " " + k.name;
+        spec.read_path = run->overview().empty() ? "direct" : "direct (overview VDS)";
+        std::string key = k.name;
+        spec.loader = [run, source, key] { return run->key_array(source, key); };
+        out.push_back({k.name + ".npy", make_array_file(ctx_, ArrayFormat::Npy, spec, fmeta_)});
+        out.push_back({k.name + ".raw", make_array_file(ctx_, ArrayFormat::Raw, std::move(spec), fmeta_)});
+      }
+      out.push_back({k.name + ".json", make_text_file([text] { return text; }, fmeta_)});
+    }
+    std::vector<ChildEntry> tid_files;
+    for (const auto& [g, gi] : groups) {
+      tid_files.push_back({group_file_name(g),
+                           make_array_file(ctx_, ArrayFormat::Npy,
+                                           u64_spec(gi->row_train_ids,
+                                                    run->dir() + ": " + source + " " + g +
+                                                        " train IDs"),
+                                           fmeta_)});
+    }
+    if (!tid_files.empty()) out.push_back({kTrainIdsDir, make_dir_node(dmeta_, std::move(tid_files))});
+    if (run->source(source).is_control()) {
+      out.push_back({kRunValues, make_text_file(
+                                     [run, source] {
+                                       json j;
+                                       j["source"] = source;
+                                       j["run_values"] = to_json(run->run_values(source));
+                                       return render(j);
+                                     },
+                                     fmeta_)});
+    }
+    return out;
+  }
+
+ private:
+  const TreeContext& ctx_;
+  std::shared_ptr<Run> run_;
+  std::string source_;
+  std::vector<ChildEntry> subdirs_;
+  NodeMeta dmeta_, fmeta_;
+};
+
+// One level of the source-name tree.
+struct SourceTrie {
+  std::string source;  // non-empty: a source ends here
+  std::map<std::string, SourceTrie> children;
+};
+
+class RunDirProvider final : public DirProvider {
+ public:
+  RunDirProvider(const TreeContext& ctx, std::string path, const struct stat& st)
+      : ctx_(ctx), path_(std::move(path)), dmeta_(dir_meta(st)), fmeta_(file_meta(st)) {}
+
+  std::vector<ChildEntry> list() override {
+    std::shared_ptr<Run> run;
+    try {
+      run = Run::open(ctx_.engine, path_);
+    } catch (const std::exception& e) {
+      log::warn("run view: " + path_ + ": not shown as a run: " + e.what());
+      return make_plain_dir_provider(ctx_, path_)->list();
+    }
+    std::vector<ChildEntry> out;
+    out.push_back({"run.json", make_text_file([run] { return render(to_json(run->metadata())); },
+                                              fmeta_)});
+    out.push_back({"trainId.npy", make_array_file(ctx_, ArrayFormat::Npy,
+                                                  u64_spec(run->train_ids_array(),
+                                                           path_ + ": run train IDs"),
+                                                  fmeta_)});
+    SourceTrie root;
+    for (const std::string& name : run->source_names()) {
+      SourceTrie* t = &root;
+      for (const std::string& part : split(name)) t = &t->children[part];
+      t->source = name;
+    }
+    for (auto& [name, t] : root.children) {
+      if (NodePtr n = build(run, t)) out.push_back({name, n});
+    }
+    return out;
+  }
+
+ private:
+  NodePtr build(const std::shared_ptr<Run>& run, const SourceTrie& t) {
+    std::vector<ChildEntry> subdirs;
+    for (const auto& [name, c] : t.children) {
+      if (NodePtr n = build(run, c)) subdirs.push_back({name, n});
+    }
+    if (t.source.empty()) return make_dir_node(dmeta_, std::move(subdirs));
+    const euxfel::Source& s = run->source(t.source);
+    if (!s.alias_of().empty() && run->has_source(s.alias_of()) && subdirs.empty()) {
+      return std::make_shared<SymlinkNode>(with_perm(fmeta_, 0777),
+                                           relative_target(t.source, s.alias_of()));
+    }
+    return std::make_shared<DirNode>(
+        dmeta_, std::make_unique<SourceDirProvider>(ctx_, run, t.source, std::move(subdirs),
+                                                    dmeta_, fmeta_));
+  }
+
+  const TreeContext& ctx_;
+  std::string path_;
+  NodeMeta dmeta_, fmeta_;
+};
+
+}  // namespace
+
+ProviderFactory make_run_view_factory(const VfsOptions& opts) {
+  if (opts.run_view != RunViewMode::Auto) return {};
+  return [](const ProviderRequest& req) -> std::unique_ptr<DirProvider> {
+    if (req.kind != SourceKind::Directory) return nullptr;
+    // Names only: nothing is opened until the directory is looked up or listed.
+    if (!euxfel::looks_like_run_dir(req.path)) return nullptr;
+    return std::make_unique<RunDirProvider>(req.ctx, req.path, req.st);
+  };
+}
+
+}  // namespace h5d::vfs
