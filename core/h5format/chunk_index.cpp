@@ -118,6 +118,7 @@ ChunkMap read_chunk_map(const ByteSource& src, const FileGeometry& geo, const La
     limit_overflow |= mul_overflows(limit, std::max(ctx.max_grid[k], map.grid()[k]), &limit);
   }
   ctx.record_limit = limit_overflow ? kUndefAddr : limit;
+  ctx.read_budget = 4 * src.size() + (uint64_t(1) << 20);
 
   if (layout.index_addr == kUndefAddr) return map;  // nothing allocated yet
   switch (layout.index_type) {

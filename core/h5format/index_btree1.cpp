@@ -33,7 +33,7 @@ void read_btree_v1(IndexContext& ctx) {
     stack.pop_back();
     Where w = ctx.where("v1 B-tree node", node.addr);
     if (!visited.insert(node.addr).second) fail_at(w, "node visited twice (loop in the B-tree)");
-    std::vector<uint8_t> head = read_block(w, header);
+    std::vector<uint8_t> head = ctx.read(w, header);
     Cursor c(w, ctx.geo, head);
     c.expect_signature("TREE");
     const unsigned type = c.u8();
@@ -43,7 +43,7 @@ void read_btree_v1(IndexContext& ctx) {
     if (node.level >= 0 && level != node.level)
       fail_at(w, "level " + std::to_string(level) + ", expected " + std::to_string(node.level));
     const uint64_t body = uint64_t(entries + 1) * key_size + uint64_t(entries) * O;
-    std::vector<uint8_t> buf = read_block(w, header + body);
+    std::vector<uint8_t> buf = ctx.read(w, header + body);
     Cursor b(w, ctx.geo, buf);
     b.seek(header);
     // Children are pushed in reverse so that they are visited in key order.

@@ -55,7 +55,7 @@ class BTree2Reader {
   NodeRef read_header() {
     const size_t L = ctx_.geo.sizeof_lengths;
     hw_ = ctx_.where("v2 B-tree header", ctx_.layout.index_addr);
-    std::vector<uint8_t> buf = read_block(hw_, 4 + 1 + 1 + 4 + 2 + 2 + 1 + 1 + O_ + 2 + L + 4);
+    std::vector<uint8_t> buf = ctx_.read(hw_, 4 + 1 + 1 + 4 + 2 + 2 + 1 + 1 + O_ + 2 + L + 4);
     verify_checksum(hw_, buf.data(), buf.size());
     Cursor h(hw_, ctx_.geo, buf);
     h.expect_signature("BTHD");
@@ -108,7 +108,7 @@ class BTree2Reader {
 
   std::vector<uint8_t> read_node(const Where& w, const char* sig, uint64_t bytes) {
     if (bytes > node_size_) fail_at(w, "record count above node capacity");
-    std::vector<uint8_t> buf = read_block(w, bytes);
+    std::vector<uint8_t> buf = ctx_.read(w, bytes);
     verify_checksum(w, buf.data(), buf.size());
     Cursor c(w, ctx_.geo, buf);
     c.expect_signature(sig);

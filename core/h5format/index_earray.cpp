@@ -38,7 +38,7 @@ class ExtensibleArrayReader {
   void read_header() {
     const size_t L = ctx_.geo.sizeof_lengths;
     hw_ = ctx_.where("extensible array header", ctx_.layout.index_addr);
-    std::vector<uint8_t> buf = read_block(hw_, 12 + 6 * L + O_ + 4);
+    std::vector<uint8_t> buf = ctx_.read(hw_, 12 + 6 * L + O_ + 4);
     verify_checksum(hw_, buf.data(), buf.size());
     Cursor h(hw_, ctx_.geo, buf);
     h.expect_signature("EAHD");
@@ -127,7 +127,7 @@ class ExtensibleArrayReader {
   void read_index_block() {
     Where w = ctx_.where("extensible array index block", iblock_addr_);
     const uint64_t total = 6 + O_ + uint64_t(iblk_elmts_) * esize_ + (iblk_ndblk_addrs_ + iblk_nsblk_addrs_) * O_ + 4;
-    std::vector<uint8_t> buf = read_block(w, total);
+    std::vector<uint8_t> buf = ctx_.read(w, total);
     verify_checksum(w, buf.data(), buf.size());
     Cursor c(w, ctx_.geo, buf);
     c.expect_signature("EAIB");
@@ -166,11 +166,12 @@ class ExtensibleArrayReader {
     if (addr == kUndefAddr) return;
     Where w = ctx_.where("extensible array super block", addr);
     const uint64_t npages = s.dblk_nelmts > page_nelmts_ ? s.dblk_nelmts / page_nelmts_ : 0;
-    uint64_t bits = 0;
-    if (mul_overflows(s.ndblks, npages, &bits) || s.ndblks > ctx_.src.size() / O_)
-      fail_at(w, "too many data blocks");
-    const uint64_t bitmap_bytes = (bits + 7) / 8;
-    std::vector<uint8_t> buf = read_block(w, 6 + O_ + arr_off_size_ + bitmap_bytes + s.ndblks * O_ + 4);
+    // The page-initialized bitmap is sized as ceil(npages / 8) bytes per data block, but its bits
+    // are numbered continuously: data block j, page p is bit j * npages + p (H5EAsblock.c).
+    const uint64_t dblk_bitmap = (npages + 7) / 8;
+    if (s.ndblks > ctx_.src.size() / O_ || dblk_bitmap > ctx_.src.size()) fail_at(w, "too many data blocks");
+    const uint64_t bitmap_bytes = s.ndblks * dblk_bitmap;
+    std::vector<uint8_t> buf = ctx_.read(w, 6 + O_ + arr_off_size_ + bitmap_bytes + s.ndblks * O_ + 4);
     verify_checksum(w, buf.data(), buf.size());
     Cursor c(w, ctx_.geo, buf);
     c.expect_signature("EASB");
@@ -187,7 +188,7 @@ class ExtensibleArrayReader {
   }
 
   // A data block of `nelmts` elements starting at array element `first`. Paged data blocks
-  // (nelmts > page size) come with the super block's page bitmap, starting at bit `bit0`.
+  // (nelmts > page size) come with the super block's page bitmap, their pages from bit `bit0`.
   void read_data_block(uint64_t addr, uint64_t first, uint64_t nelmts, const uint8_t* bitmap, uint64_t bit0) {
     if (addr == kUndefAddr) return;
     Where w = ctx_.where("extensible array data block", addr);
@@ -198,7 +199,7 @@ class ExtensibleArrayReader {
       fail_at(w, std::to_string(nelmts) + " elements cannot fit in the file");
     const uint64_t npages = paged ? nelmts / page_nelmts_ : 0;
     const uint64_t prefix = 6 + O_ + arr_off_size_ + 4;
-    std::vector<uint8_t> buf = read_block(w, prefix + elem_total + npages * 4);
+    std::vector<uint8_t> buf = ctx_.read(w, prefix + elem_total + npages * 4);
     Cursor c(w, ctx_.geo, buf);
     c.expect_signature("EADB");
     check_prefix(c, w);

@@ -12,7 +12,7 @@ void read_fixed_array(IndexContext& ctx) {
   const size_t O = ctx.geo.sizeof_offsets;
   const size_t L = ctx.geo.sizeof_lengths;
   Where hw = ctx.where("fixed array header", ctx.layout.index_addr);
-  std::vector<uint8_t> hbuf = read_block(hw, 4 + 4 + L + O + 4);
+  std::vector<uint8_t> hbuf = ctx.read(hw, 4 + 4 + L + O + 4);
   verify_checksum(hw, hbuf.data(), hbuf.size());
   Cursor h(hw, ctx.geo, hbuf);
   h.expect_signature("FAHD");
@@ -38,7 +38,7 @@ void read_fixed_array(IndexContext& ctx) {
   const uint64_t total = prefix + elem_total + npages * 4;
 
   Where dw = ctx.where("fixed array data block", dblk_addr);
-  std::vector<uint8_t> buf = read_block(dw, total);
+  std::vector<uint8_t> buf = ctx.read(dw, total);
   Cursor d(dw, ctx.geo, buf);
   d.expect_signature("FADB");
   if (d.u8() != 0) fail_at(dw, "unsupported version");

@@ -28,6 +28,15 @@ struct IndexContext {
 
   Where where(const char* structure, uint64_t addr) const { return Where{&src, structure, addr}; }
 
+  // read_block, charged against a budget of a few times the file size: index structures may
+  // share bytes in a corrupt file, and this keeps the total work linear in the file size.
+  std::vector<uint8_t> read(const Where& w, uint64_t n) {
+    if (n > read_budget) fail_at(w, "index structures add up to more bytes than the file could hold");
+    read_budget -= n;
+    return read_block(w, n);
+  }
+  uint64_t read_budget = 0;
+
   // Records a chunk found in the index. `rel_addr` as stored (relative, or kUndefAddr).
   void add(const Where& w, const uint64_t* scaled, uint64_t rel_addr, uint64_t size, uint32_t mask);
   // Scaled coordinates of linear index `idx` over the C-order grid `grid`; false if outside.

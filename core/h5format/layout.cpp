@@ -169,7 +169,8 @@ struct Block {
 // message is found; continuation targets are appended to `pending`.
 class HeaderWalker {
  public:
-  HeaderWalker(const ByteSource& src, const FileGeometry& geo) : src_(src), geo_(geo) {}
+  HeaderWalker(const ByteSource& src, const FileGeometry& geo)
+      : src_(src), geo_(geo), budget_(2 * src.size() + 4096) {}
 
   LayoutInfo run(uint64_t ohdr_abs) {
     Where w{&src_, "object header", ohdr_abs};
@@ -186,6 +187,8 @@ class HeaderWalker {
       if (++nblocks_ > kMaxHeaderBlocks) fail_at(w, "too many continuation blocks");
       if (!visited_.insert(b.addr).second) fail_at(w, "continuation block loop at " + std::to_string(b.addr));
       if (b.len > kMaxHeaderBlockSize) fail_at(w, "continuation block too large");
+      if (b.len > budget_) fail_at(w, "continuation blocks add up to more than the file could hold");
+      budget_ -= b.len;
       Where cw{&src_, v2_ ? "object header continuation block (OCHK)" : "object header continuation block", b.addr};
       std::vector<uint8_t> buf = read_block(cw, b.len);
       if (v2_) {
@@ -283,6 +286,7 @@ class HeaderWalker {
   std::vector<Block> pending_;
   std::set<uint64_t> visited_;
   size_t nblocks_ = 0;
+  uint64_t budget_;  // bytes of continuation blocks still allowed (overlapping blocks)
 };
 
 }  // namespace

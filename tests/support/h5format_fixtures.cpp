@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 
@@ -86,12 +87,27 @@ void write_whole(hid_t d, const FixtureSpec& s) {
 
 }  // namespace
 
+namespace {
+// Removes this process's fixture directory at exit (unless H5D_KEEP_TMP is set).
+struct TmpDirCleanup {
+  std::string dir;
+  ~TmpDirCleanup() {
+    if (!dir.empty() && !std::getenv("H5D_KEEP_TMP")) {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  }
+};
+TmpDirCleanup g_cleanup;
+}  // namespace
+
 std::string h5format_tmp_dir() {
   const char* env = std::getenv("H5D_TEST_TMP");
   std::string dir = env && *env ? env : "/tmp";
   dir += "/h5format-" + std::to_string(getpid());
-  mkdir(dir.c_str(), 0700);  // parent must exist; EEXIST is fine
-  if (env && *env) mkdir(env, 0700), mkdir(dir.c_str(), 0700);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  g_cleanup.dir = dir;
   return dir;
 }
 
@@ -149,6 +165,8 @@ void create_fixture(const std::string& path, const FixtureSpec& s) {
   if (s.deflate) check(H5Pset_deflate(dcpl, 4), "deflate");
   if (s.alloc_early) check(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), "alloc time");
   if (s.track_order) check(H5Pset_attr_creation_order(dcpl, H5P_CRT_ORDER_TRACKED), "crt order");
+  // Keep attributes in the object header (no dense storage) so that it grows continuation blocks.
+  if (s.latest && s.n_attrs) check(H5Pset_attr_phase_change(dcpl, 1000, 900), "attr phase change");
   if (s.dont_filter_partial)
     check(H5Pset_chunk_opts(dcpl, H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS), "chunk opts");
   hid_t d = checked(H5Dcreate2(f, "data", H5T_STD_I32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), "H5Dcreate");
@@ -236,23 +254,29 @@ Oracle query_oracle(const std::string& path, hsize_t full_limit, hsize_t sample)
     o.maxdims.push_back(maxdims[k] == H5S_UNLIMITED ? ~uint64_t(0) : maxdims[k]);
     o.chunk.push_back(chunk[k]);
   }
-  check(H5Dget_num_chunks(d, H5S_ALL, &o.nchunks), "H5Dget_num_chunks");
+  hid_t fspace = H5Dget_space(d);  // 1.10.8 rejects H5S_ALL here
+  check(H5Dget_num_chunks(d, fspace, &o.nchunks), "H5Dget_num_chunks");
+  // H5Dget_chunk_info iterates the index and, for extensible arrays whose unlimited dimension
+  // is not the first, reports wrong coordinates in 1.10.8 (its iterator counts in unswizzled C
+  // order). H5Dget_chunk_info_by_coord goes through the index lookup, which is right: use it.
   o.complete = o.nchunks <= full_limit;
-  const hsize_t step = o.complete ? 1 : std::max<hsize_t>(1, o.nchunks / sample);
-  for (hsize_t i = 0; i < o.nchunks; i += step) {
-    OracleChunk c;
-    c.offset.resize(rank);
-    check(H5Dget_chunk_info(d, H5S_ALL, i, c.offset.data(), &c.filter_mask, &c.addr, &c.size),
-          "H5Dget_chunk_info");
-    o.chunks.push_back(c);
-  }
-  if (!o.complete) {
-    for_each_chunk(dims, chunk, [&](uint64_t, const std::vector<hsize_t>& start, const std::vector<hsize_t>&) {
+  uint64_t grid_total = 1;
+  for (int k = 0; k < rank; ++k) grid_total *= (dims[k] + chunk[k] - 1) / chunk[k];
+  const uint64_t step = o.complete ? 1 : std::max<uint64_t>(1, grid_total / std::max<hsize_t>(sample, 1));
+  for_each_chunk(dims, chunk, [&](uint64_t n, const std::vector<hsize_t>& start, const std::vector<hsize_t>&) {
+    if (!o.complete) {
       hsize_t bytes = 0;
       if (H5Dget_chunk_storage_size(d, start.data(), &bytes) < 0) bytes = 0;
       o.storage_sizes.push_back(bytes);
-    });
-  }
+      if (n % step) return;
+    }
+    OracleChunk c;
+    c.offset = start;
+    check(H5Dget_chunk_info_by_coord(d, start.data(), &c.filter_mask, &c.addr, &c.size),
+          "H5Dget_chunk_info_by_coord");
+    if (c.addr != HADDR_UNDEF) o.chunks.push_back(c);
+  });
+  H5Sclose(fspace);
   H5Dclose(d);
   H5Fclose(f);
   return o;
