@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The main job on a small generated sample: install what is missing, build, write a sample
+# HDF5 file and a small EuXFEL-style run, mount them, read through numpy, compare with h5py,
+# unmount. Usage: tools/demo.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/install-deps.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$(nproc)" --target mount.h5direct
+exec /usr/bin/python3 tools/demo.py "$PWD/build/fusefs/mount.h5direct"

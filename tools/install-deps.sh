@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian packages h5direct needs to build, test and benchmark (idempotent).
+set -euo pipefail
+PKGS=(build-essential cmake pkg-config clang libclang-rt-14-dev
+      libfuse3-dev fuse3 libhdf5-dev hdf5-tools
+      libdeflate-dev libblosc-dev liblz4-dev libzstd-dev zlib1g-dev liblzf-dev
+      nlohmann-json3-dev catch2
+      python3-numpy python3-h5py python3-hdf5plugin python3-pytest python3-matplotlib
+      hdf5-filter-plugin hdf5-filter-plugin-blosc-serial)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
