@@ -1,2 +1,3 @@
-#include <cstdio>
-int main() { std::puts("h5direct: not yet built"); return 1; }
+#include "fusefs/mount.h"
+
+int main(int argc, char** argv) { return h5d::fusefs::run_mount(argc, argv); }

@@ -7,8 +7,10 @@
 
 #include "core/engine.h"
 #include "core/error.h"
+#include "core/euxfel/detector.h"
 #include "core/euxfel/run.h"
 #include "core/log.h"
+#include "vfs/detector_view.h"
 #include "vfs/npy.h"
 #include "vfs/sidecar.h"
 
@@ -187,8 +189,34 @@ class RunDirProvider final : public DirProvider {
       return make_plain_dir_provider(ctx_, path_)->list();
     }
     std::vector<ChildEntry> out;
-    out.push_back({"run.json", make_text_file([run] { return render(to_json(run->metadata())); },
-                                              fmeta_)});
+    // Multi-module detectors (EXtra-data's identify_multimod_detectors), by source names only.
+    std::vector<std::string> instrument;
+    for (const std::string& name : run->source_names()) {
+      const euxfel::Source& s = run->source(name);
+      if (!s.is_control() && s.alias_of().empty()) instrument.push_back(name);
+    }
+    detectors_.clear();
+    for (euxfel::DetectorSources& d : euxfel::find_detectors(instrument)) {
+      std::string name = d.name;
+      detectors_.emplace(name, std::move(d));
+    }
+    json dets = json::object();
+    for (const auto& [name, d] : detectors_) {
+      json dj;
+      dj["class"] = d.cls;
+      dj["directory"] = name;
+      std::vector<int> mods;
+      for (const auto& m : d.modules) mods.push_back(m.first);
+      dj["modules"] = mods;
+      dets[name] = dj;
+    }
+    out.push_back({"run.json", make_text_file(
+                                   [run, dets] {
+                                     json j = to_json(run->metadata());
+                                     j["detectors"] = dets;
+                                     return render(j);
+                                   },
+                                   fmeta_)});
     out.push_back({"trainId.npy", make_array_file(ctx_, ArrayFormat::Npy,
                                                   u64_spec(run->train_ids_array(),
                                                            path_ + ": run train IDs"),
@@ -200,6 +228,17 @@ class RunDirProvider final : public DirProvider {
       t->source = name;
     }
     for (auto& [name, t] : root.children) {
+      auto det = detectors_.find(name);
+      if (det != detectors_.end() && t.source.empty()) {
+        // The detector's directory: its stacked keys beside the module source directories.
+        std::vector<ChildEntry> subdirs;
+        for (const auto& [cname, c] : t.children) {
+          if (NodePtr n = build(run, c)) subdirs.push_back({cname, n});
+        }
+        out.push_back({name, make_detector_dir(ctx_, run, det->second, std::move(subdirs), dmeta_,
+                                               fmeta_)});
+        continue;
+      }
       if (NodePtr n = build(run, t)) out.push_back({name, n});
     }
     return out;
@@ -225,6 +264,7 @@ class RunDirProvider final : public DirProvider {
   const TreeContext& ctx_;
   std::string path_;
   NodeMeta dmeta_, fmeta_;
+  std::map<std::string, euxfel::DetectorSources> detectors_;  // by name, filled by list()
 };
 
 }  // namespace

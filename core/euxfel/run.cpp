@@ -1,6 +1,8 @@
 #include "core/euxfel/run.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -99,8 +101,9 @@ bool same_dtype(const DType& a, const DType& b) {
   return a.typestr == b.typestr && a.itemsize == b.itemsize && a.fields.size() == b.fields.size();
 }
 
-// A key over the run: the ConcatArray of its blocks, built on the first read (that is when the
-// dataset in every file is opened).
+// A key over the run: the concatenation of its blocks (ConcatArray semantics). Each block's
+// dataset is opened when a read first touches it, so the first read of a long run's key (or of
+// a detector view over 16 modules) opens only the files it reads from.
 class LazyKeyArray final : public Array {
  public:
   struct Part {
@@ -109,63 +112,94 @@ class LazyKeyArray final : public Array {
   };
   LazyKeyArray(Engine& engine, std::string dset_path, std::vector<Part> parts, Shape entry,
                DType dtype, std::string what)
-      : engine_(engine), dset_path_(std::move(dset_path)), parts_(std::move(parts)),
-        entry_(std::move(entry)), dtype_(std::move(dtype)), what_(std::move(what)) {
+      : engine_(engine), dset_path_(std::move(dset_path)), entry_(std::move(entry)),
+        dtype_(std::move(dtype)), what_(std::move(what)) {
     uint64_t rows = 0;
-    for (const Part& p : parts_) rows += p.rows;
+    for (Part& p : parts) {
+      if (p.rows == 0) continue;
+      // Contiguous blocks of one file: one part.
+      if (!parts_.empty() && parts_.back().file == p.file &&
+          parts_.back().first + parts_.back().rows == p.first) {
+        parts_.back().rows += p.rows;
+      } else {
+        offsets_.push_back(rows);
+        parts_.push_back(std::move(p));
+      }
+      rows = offsets_.back() + parts_.back().rows;
+    }
+    arrays_.resize(parts_.size());
     shape_.push_back(rows);
     shape_.insert(shape_.end(), entry_.begin(), entry_.end());
   }
   const Shape& shape() const override { return shape_; }
   const DType& dtype() const override { return dtype_; }
   void plan(const Region& r, const DestView& dst, ReadPlan& plan) const override {
-    resolved()->plan(r, dst, plan);
+    if (r.empty()) return;
+    for_each_part(r, [&](const ArrayPtr& a, const Region& sub, uint64_t out_row) {
+      DestView d = dst;
+      d.base += static_cast<int64_t>(out_row) * dst.strides[0];
+      a->plan(sub, d, plan);
+    });
   }
   void plan_prefetch(const Region& r, ReadPlan& plan) const override {
-    resolved()->plan_prefetch(r, plan);
+    if (r.empty()) return;
+    for_each_part(r, [&](const ArrayPtr& a, const Region& sub, uint64_t) { a->plan_prefetch(sub, plan); });
   }
   std::string describe() const override { return what_; }
 
  private:
-  std::shared_ptr<const ConcatArray> resolved() const {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (concat_) return concat_;
-    std::vector<ConcatArray::Part> out;
-    for (const Part& p : parts_) {
-      if (p.rows == 0) continue;
-      ArrayPtr a;
-      try {
-        a = engine_.open_file(p.file)->dataset_array(dset_path_);
-      } catch (...) {
-        rethrow_with_context(what_ + ": " + p.file);
-      }
-      const Shape& s = a->shape();
-      if (s.empty() || !same_dtype(a->dtype(), dtype_) ||
-          !std::equal(s.begin() + 1, s.end(), entry_.begin(), entry_.end()))
-        fail_data(what_ + ": " + p.file + ":" + dset_path_ +
-                  " has a different dtype or entry shape than the run's first file");
-      if (p.first + p.rows > s[0])
-        fail_data(what_ + ": " + p.file + ":" + dset_path_ + ": INDEX names rows [" +
-                  std::to_string(p.first) + ", " + std::to_string(p.first + p.rows) +
-                  ") but the dataset has " + std::to_string(s[0]));
-      if (!out.empty() && out.back().array == a && out.back().end == p.first) {
-        out.back().end = p.first + p.rows;  // contiguous blocks of one dataset: one part
-      } else {
-        out.push_back({a, p.first, p.first + p.rows});
-      }
+  template <class Fn>
+  void for_each_part(const Region& r, Fn&& fn) const {
+    const uint64_t r0 = r.start[0], r1 = r.start[0] + r.count[0];
+    auto it = std::upper_bound(offsets_.begin(), offsets_.end(), r0);
+    size_t i = (it == offsets_.begin()) ? 0 : size_t(it - offsets_.begin()) - 1;
+    for (; i < parts_.size() && offsets_[i] < r1; ++i) {
+      const Part& p = parts_[i];
+      const uint64_t lo = std::max(r0, offsets_[i]);
+      const uint64_t hi = std::min(r1, offsets_[i] + p.rows);
+      if (hi <= lo) continue;
+      Region sub = r;
+      sub.start[0] = p.first + (lo - offsets_[i]);
+      sub.count[0] = hi - lo;
+      fn(part_array(i), sub, lo - r0);
     }
-    concat_ = std::make_shared<ConcatArray>(std::move(out), entry_, dtype_, what_);
-    return concat_;
+  }
+
+  ArrayPtr part_array(size_t i) const {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (arrays_[i]) return arrays_[i];
+    }
+    const Part& p = parts_[i];
+    ArrayPtr a;
+    try {
+      a = engine_.open_file(p.file)->dataset_array(dset_path_);
+    } catch (...) {
+      rethrow_with_context(what_ + ": " + p.file);
+    }
+    const Shape& s = a->shape();
+    if (s.empty() || !same_dtype(a->dtype(), dtype_) ||
+        !std::equal(s.begin() + 1, s.end(), entry_.begin(), entry_.end()))
+      fail_data(what_ + ": " + p.file + ":" + dset_path_ +
+                " has a different dtype or entry shape than the run's first file");
+    if (p.first + p.rows > s[0])
+      fail_data(what_ + ": " + p.file + ":" + dset_path_ + ": INDEX names rows [" +
+                std::to_string(p.first) + ", " + std::to_string(p.first + p.rows) +
+                ") but the dataset has " + std::to_string(s[0]));
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!arrays_[i]) arrays_[i] = a;
+    return arrays_[i];
   }
 
   Engine& engine_;
   std::string dset_path_;
   std::vector<Part> parts_;
+  std::vector<uint64_t> offsets_;  // first output row of each part
   Shape entry_, shape_;
   DType dtype_;
   std::string what_;
-  mutable std::mutex mu_;  // guards concat_
-  mutable std::shared_ptr<const ConcatArray> concat_;
+  mutable std::mutex mu_;  // guards arrays_
+  mutable std::vector<ArrayPtr> arrays_;
 };
 
 std::string first_string(const Value& v) {
@@ -311,6 +345,15 @@ std::shared_ptr<Run> Run::open(Engine& engine, const std::string& dir, RunOption
   } else {
     for (const std::string& n : h5_files_in(dir, true)) paths.push_back(join(dir, n));
   }
+  // libhdf5 reads each file's metadata under the HDF5 lock, one file at a time: ask the kernel
+  // to read the start of every file ahead now (in parallel, without waiting), so that a cold
+  // cache does not make the opens below wait for the disk one by one.
+  for (const std::string& p : paths) {
+    int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    (void)::posix_fadvise(fd, 0, 1 << 20, POSIX_FADV_WILLNEED);
+    ::close(fd);
+  }
   run->load_files(paths);
   if (run->files_.empty()) fail(ENOENT, dir + ": no readable EuXFEL data files");
   run->build_sources();
@@ -325,20 +368,23 @@ void Run::load_files(const std::vector<std::string>& paths) {
     sf.size = file_size(path);
     try {
       auto f = engine_.open_file(path);
-      if (!meta::exists(*f, "/INDEX/trainId")) fail(EIO, "INDEX/trainId dataset not found");
-      if (meta::is_dataset(*f, "/METADATA/dataFormatVersion")) {
+      // One libhdf5 call per item: each read is its own existence check.
+      std::vector<uint64_t> tid;
+      if (!meta::try_read_u64(*f, "/INDEX/trainId", tid))
+        fail(EIO, "INDEX/trainId dataset not found");
+      try {
         auto v = meta::read_strings(*f, "/METADATA/dataFormatVersion");
         sf.format_version = v.empty() ? "0.5" : v[0];
-      } else {
+      } catch (const Error& e) {
+        if (e.code() != ENOENT) throw;
         sf.format_version = "0.5";
       }
-      std::vector<uint64_t> tid = meta::read_u64(*f, "/INDEX/trainId");
       for (uint64_t t : tid)
         if (t != 0) sf.train_ids.push_back(t);
+      std::vector<int64_t> flag;
       if (sf.format_version == "0.5") {
         sf.valid = guess_valid_trains(sf.train_ids);
-      } else if (meta::is_dataset(*f, "/INDEX/flag")) {
-        std::vector<int64_t> flag = meta::read_i64(*f, "/INDEX/flag", sf.train_ids.size());
+      } else if (meta::try_read_i64(*f, "/INDEX/flag", flag, sf.train_ids.size())) {
         sf.valid.assign(sf.train_ids.size(), 1);
         for (size_t i = 0; i < sf.train_ids.size(); ++i) {
           bool v = i < flag.size() ? flag[i] != 0 : true;
@@ -352,9 +398,15 @@ void Run::load_files(const std::vector<std::string>& paths) {
       }
       std::string src_path = sf.format_version == "0.5" ? "/METADATA/dataSourceId"
                                                          : "/METADATA/dataSources/dataSourceId";
-      if (!meta::is_dataset(*f, src_path)) fail(EIO, src_path + " not found");
+      std::vector<std::string> source_ids;
+      try {
+        source_ids = meta::read_strings(*f, src_path);
+      } catch (const Error& e) {
+        if (e.code() != ENOENT) throw;
+        fail(EIO, src_path + " not found");
+      }
       std::set<std::string> control, instrument;
-      for (const std::string& id : meta::read_strings(*f, src_path)) {
+      for (const std::string& id : source_ids) {
         if (id.empty()) continue;
         size_t slash = id.find('/');
         std::string category = id.substr(0, slash);
@@ -363,8 +415,11 @@ void Run::load_files(const std::vector<std::string>& paths) {
           size_t colon = h5src.find(':');
           std::string device = h5src.substr(0, colon);
           std::string chan_grp = colon == std::string::npos ? "" : h5src.substr(colon + 1);
-          std::string chan = chan_grp.substr(0, chan_grp.find('/'));
+          size_t gslash = chan_grp.find('/');
+          std::string chan = chan_grp.substr(0, gslash);
           std::string source = device + ":" + chan;
+          if (gslash != std::string::npos && gslash + 1 < chan_grp.size())
+            sf.source_groups[source].push_back(chan_grp.substr(gslash + 1));
           if (instrument.insert(source).second) {
             std::string target = meta::soft_link_target(*f, "/INSTRUMENT/" + source);
             if (!target.empty()) {
@@ -375,7 +430,7 @@ void Run::load_files(const std::vector<std::string>& paths) {
             }
           }
         } else if (category == "CONTROL") {
-          control.insert(h5src);
+          if (control.insert(h5src).second) sf.source_groups[h5src].push_back("");
         } else if (category == "Karabo_TimerServer") {
           // format 1.1 pseudo-source: ignored as EXtra-data does
         } else {
@@ -384,6 +439,23 @@ void Run::load_files(const std::vector<std::string>& paths) {
       }
       sf.control_sources.assign(control.begin(), control.end());
       sf.instrument_sources.assign(instrument.begin(), instrument.end());
+      // The INDEX arrays of every (source, group), while the file is open: listing a source
+      // later needs no sequence file opened again.
+      for (auto& [source, groups] : sf.source_groups) {
+        std::sort(groups.begin(), groups.end());
+        groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
+        if (sf.legacy.count(source) || sf.train_ids.empty()) continue;  // read via canonical name
+        std::string base = "/INDEX/" + source;
+        std::vector<meta::IndexArrays> arrays =
+            meta::read_index(*f, base, groups, sf.train_ids.size());
+        for (size_t gi = 0; gi < groups.size(); ++gi) {
+          auto fi = std::make_shared<FileIndex>();
+          fi->firsts = std::move(arrays[gi].firsts);
+          fi->counts = std::move(arrays[gi].counts);
+          fi->error = std::move(arrays[gi].error);
+          sf.index[base + (groups[gi].empty() ? "" : "/" + groups[gi])] = std::move(fi);
+        }
+      }
       if (files_.empty()) {
         // Run metadata from the first file (DataCollection.run_metadata uses files[0]).
         format_version_ = sf.format_version;
@@ -538,11 +610,12 @@ void Run::load_keys_locked(Source& s) {
       if (s.is_control() && ends_with(k.name, ".value")) {
         // KeyData._find_attributes: CONTROL attributes live on the parent group (and win).
         std::string parent = k.dset_path.substr(0, k.dset_path.find_last_of('/'));
-        for (auto& [an, av] : f->attributes(parent)) {
+        for (auto& attr : f->attributes(parent)) {
+          const std::string& an = attr.first;
           auto it = std::find_if(k.attrs.begin(), k.attrs.end(),
                                  [&](const auto& p) { return p.first == an; });
-          if (it != k.attrs.end()) it->second = av;
-          else k.attrs.emplace_back(an, av);
+          if (it != k.attrs.end()) it->second = attr.second;
+          else k.attrs.emplace_back(an, attr.second);
         }
       }
       if (!k.is_array) k.small_value = info->small_value;
@@ -567,29 +640,33 @@ std::shared_ptr<const GroupIndex> Run::group_index_locked(Source& s, const std::
     const SequenceFile& sf = files_[fi];
     size_t n = sf.train_ids.size();
     if (n == 0) continue;  // KeyData._find_chunks skips files without trains
-    std::vector<uint64_t> firsts, counts;
-    try {
-      auto f = engine_.open_file(sf.path);
-      firsts = meta::read_u64(*f, idx + "/first", n);
-      if (meta::is_dataset(*f, idx + "/count")) {
-        counts = meta::read_u64(*f, idx + "/count", n);
-      } else {
-        // Format 0.1: count = (last - first + 1) * status
-        std::vector<int64_t> last = meta::read_i64(*f, idx + "/last", n);
-        std::vector<int64_t> status = meta::read_i64(*f, idx + "/status", n);
-        size_t m = std::min({firsts.size(), last.size(), status.size()});
-        counts.resize(m);
-        for (size_t i = 0; i < m; ++i)
-          counts[i] = static_cast<uint64_t>((last[i] - int64_t(firsts[i]) + 1) * status[i]);
+    std::shared_ptr<const FileIndex> fidx;
+    auto pre = sf.index.find(idx);
+    if (pre != sf.index.end()) {
+      fidx = pre->second;
+    } else {
+      auto rd = std::make_shared<FileIndex>();
+      try {
+        meta::IndexArrays a =
+            meta::read_index(*engine_.open_file(sf.path), idx, {""}, n).front();
+        rd->firsts = std::move(a.firsts);
+        rd->counts = std::move(a.counts);
+        rd->error = std::move(a.error);
+      } catch (const std::exception& e) {
+        rd->error = e.what();
       }
-    } catch (const std::exception& e) {
+      fidx = std::move(rd);
+    }
+    if (!fidx->error.empty()) {
       std::string msg = s.name_ + " " + (group.empty() ? "" : group + " ") + "in " + sf.name +
-                        ": cannot read INDEX: " + e.what() + " (file left out)";
+                        ": cannot read INDEX: " + fidx->error + " (file left out)";
       gi->errors.push_back(msg);
       errors_.push_back(msg);
       log::warn("euxfel: " + dir_ + ": " + msg);
       continue;
     }
+    const std::vector<uint64_t>& firsts = fidx->firsts;
+    const std::vector<uint64_t>& counts = fidx->counts;
     size_t m = std::min({n, firsts.size(), counts.size()});
     if (m < n) {
       std::string msg = s.name_ + " " + group + " in " + sf.name + ": INDEX has " +

@@ -1,0 +1,280 @@
+#include "fusefs/adapter.h"
+
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace h5d::fusefs {
+namespace {
+
+Context& ctx(fuse_req_t req) { return *static_cast<Context*>(fuse_req_userdata(req)); }
+vfs::Vfs& fs(fuse_req_t req) { return *ctx(req).vfs; }
+
+struct stat to_stat(const vfs::Attr& a) {
+  struct stat st;
+  std::memset(&st, 0, sizeof st);
+  st.st_ino = a.ino;
+  st.st_mode = a.mode;
+  st.st_nlink = a.nlink;
+  st.st_uid = a.uid;
+  st.st_gid = a.gid;
+  st.st_size = static_cast<off_t>(a.size);
+  st.st_blksize = 4096;
+  st.st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
+  st.st_mtim = a.mtime;
+  st.st_atim = a.mtime;
+  st.st_ctim = a.ctime;
+  return st;
+}
+
+double attr_timeout(fuse_req_t req, const vfs::Attr& a) {
+  return a.is_volatile ? 0.0 : ctx(req).opts.attr_timeout;
+}
+
+// The one place a failed request becomes an errno reply: logged once (expected errors such as
+// ENOENT only at debug level), counted, replied.
+void fail_request(fuse_req_t req, const char* op, uint64_t ino, std::exception_ptr e) {
+  std::string msg;
+  const int err = errno_of(e, &msg);
+  Context& c = ctx(req);
+  if (c.vfs) c.vfs->note_error(err);
+  const std::string line = std::string(op) + " (inode " + std::to_string(ino) + "): " + msg;
+  switch (err) {
+    case ENOENT: case EROFS: case EISDIR: case ENOTDIR: case EINVAL: case EACCES: case EPERM:
+      log::debug(line);
+      break;
+    default:
+      log::error(line);
+  }
+  fuse_reply_err(req, err);
+}
+
+template <class Fn>
+void guarded(fuse_req_t req, const char* op, uint64_t ino, Fn&& fn) {
+  try {
+    fn();
+  } catch (...) {
+    fail_request(req, op, ino, std::current_exception());
+  }
+}
+
+void op_init(void* userdata, fuse_conn_info* conn) {
+  static_cast<Context*>(userdata)->initialized = true;
+  // We do not implement readdirplus; let the kernel use plain readdir + lookup.
+  conn->want &= ~FUSE_CAP_READDIRPLUS;
+  conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+}
+
+void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  try {
+    const vfs::Attr a = fs(req).lookup(parent, name);
+    fuse_entry_param e;
+    std::memset(&e, 0, sizeof e);
+    e.ino = a.ino;
+    e.generation = 1;
+    e.attr = to_stat(a);
+    e.attr_timeout = attr_timeout(req, a);
+    e.entry_timeout = ctx(req).opts.entry_timeout;
+    fuse_reply_entry(req, &e);
+  } catch (const Error& err) {
+    if (err.code() == ENOENT) {
+      // Nothing appears under a mount: cache the negative answer as long as positive ones.
+      fuse_entry_param e;
+      std::memset(&e, 0, sizeof e);
+      e.entry_timeout = ctx(req).opts.entry_timeout;
+      fuse_reply_entry(req, &e);
+      return;
+    }
+    fail_request(req, "lookup", parent, std::current_exception());
+  } catch (...) {
+    fail_request(req, "lookup", parent, std::current_exception());
+  }
+}
+
+void op_forget(fuse_req_t req, fuse_ino_t, uint64_t) { fuse_reply_none(req); }
+void op_forget_multi(fuse_req_t req, size_t, fuse_forget_data*) { fuse_reply_none(req); }
+
+void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  guarded(req, "getattr", ino, [&] {
+    const vfs::Attr a = fs(req).getattr(ino);
+    const struct stat st = to_stat(a);
+    fuse_reply_attr(req, &st, attr_timeout(req, a));
+  });
+}
+
+void op_readlink(fuse_req_t req, fuse_ino_t ino) {
+  guarded(req, "readlink", ino, [&] {
+    const std::string t = fs(req).readlink(ino);
+    fuse_reply_readlink(req, t.c_str());
+  });
+}
+
+void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  guarded(req, "open", ino, [&] {
+    std::unique_ptr<vfs::OpenFile> f = fs(req).open(ino, fi->flags);
+    fi->direct_io = f->direct_io;
+    fi->keep_cache = f->keep_cache;
+    fi->fh = reinterpret_cast<uint64_t>(f.get());
+    if (fuse_reply_open(req, fi) == 0) f.release();  // else the request was interrupted
+  });
+}
+
+void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  guarded(req, "read", ino, [&] {
+    thread_local std::vector<char> buf;
+    if (buf.size() < size) buf.resize(size);
+    auto* f = reinterpret_cast<vfs::OpenFile*>(fi->fh);
+    const size_t n = fs(req).read(*f, static_cast<uint64_t>(off), size, buf.data());
+    fuse_reply_buf(req, buf.data(), n);
+  });
+}
+
+void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  delete reinterpret_cast<vfs::OpenFile*>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void op_flush(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
+
+struct DirHandle {
+  std::vector<vfs::DirEntry> entries;  // ".", ".." and the listing
+};
+
+void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  guarded(req, "opendir", ino, [&] {
+    if ((fi->flags & O_ACCMODE) != O_RDONLY) fail(EROFS, "read-only filesystem");
+    auto h = std::make_unique<DirHandle>();
+    h->entries.push_back({".", ino, vfs::NodeKind::Directory});
+    h->entries.push_back({"..", 0, vfs::NodeKind::Directory});
+    for (auto& e : fs(req).readdir(ino)) h->entries.push_back(std::move(e));
+    fi->fh = reinterpret_cast<uint64_t>(h.get());
+    fi->keep_cache = 1;
+    fi->cache_readdir = 1;
+    if (fuse_reply_open(req, fi) == 0) h.release();
+  });
+}
+
+void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  guarded(req, "readdir", ino, [&] {
+    const auto* h = reinterpret_cast<const DirHandle*>(fi->fh);
+    std::vector<char> buf(size);
+    size_t used = 0;
+    for (size_t i = static_cast<size_t>(off); i < h->entries.size(); ++i) {
+      const vfs::DirEntry& e = h->entries[i];
+      struct stat st;
+      std::memset(&st, 0, sizeof st);
+      st.st_ino = e.ino ? e.ino : FUSE_ROOT_ID;
+      st.st_mode = e.kind == vfs::NodeKind::Directory ? S_IFDIR
+                   : e.kind == vfs::NodeKind::Symlink ? S_IFLNK
+                                                      : S_IFREG;
+      const size_t need = fuse_add_direntry(req, buf.data() + used, size - used, e.name.c_str(),
+                                            &st, static_cast<off_t>(i + 1));
+      if (need > size - used) break;
+      used += need;
+    }
+    fuse_reply_buf(req, buf.data(), used);
+  });
+}
+
+void op_releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  delete reinterpret_cast<DirHandle*>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void op_statfs(fuse_req_t req, fuse_ino_t ino) {
+  guarded(req, "statfs", ino, [&] {
+    const vfs::FsStats s = ctx(req).vfs->statfs();
+    struct statvfs st;
+    std::memset(&st, 0, sizeof st);
+    st.f_bsize = s.block_size;
+    st.f_frsize = s.block_size;
+    st.f_blocks = s.bytes / s.block_size;
+    st.f_files = s.files;
+    st.f_namemax = s.name_max;
+    st.f_flag = ST_RDONLY;
+    fuse_reply_statfs(req, &st);
+  });
+}
+
+// Everything that would change the tree: read-only.
+void erofs(fuse_req_t req) { fuse_reply_err(req, EROFS); }
+void op_setattr(fuse_req_t req, fuse_ino_t, struct stat*, int, fuse_file_info*) { erofs(req); }
+void op_mknod(fuse_req_t req, fuse_ino_t, const char*, mode_t, dev_t) { erofs(req); }
+void op_mkdir(fuse_req_t req, fuse_ino_t, const char*, mode_t) { erofs(req); }
+void op_unlink(fuse_req_t req, fuse_ino_t, const char*) { erofs(req); }
+void op_symlink(fuse_req_t req, const char*, fuse_ino_t, const char*) { erofs(req); }
+void op_rename(fuse_req_t req, fuse_ino_t, const char*, fuse_ino_t, const char*, unsigned) { erofs(req); }
+void op_link(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { erofs(req); }
+void op_write(fuse_req_t req, fuse_ino_t, const char*, size_t, off_t, fuse_file_info*) { erofs(req); }
+void op_create(fuse_req_t req, fuse_ino_t, const char*, mode_t, fuse_file_info*) { erofs(req); }
+void op_setxattr(fuse_req_t req, fuse_ino_t, const char*, const char*, size_t, int) { erofs(req); }
+void op_removexattr(fuse_req_t req, fuse_ino_t, const char*) { erofs(req); }
+void op_fallocate(fuse_req_t req, fuse_ino_t, int, off_t, off_t, fuse_file_info*) { erofs(req); }
+
+fuse_lowlevel_ops make_ops() {
+  fuse_lowlevel_ops o;
+  std::memset(&o, 0, sizeof o);
+  o.init = op_init;
+  o.lookup = op_lookup;
+  o.forget = op_forget;
+  o.forget_multi = op_forget_multi;
+  o.getattr = op_getattr;
+  o.readlink = op_readlink;
+  o.open = op_open;
+  o.read = op_read;
+  o.release = op_release;
+  o.flush = op_flush;
+  o.opendir = op_opendir;
+  o.readdir = op_readdir;
+  o.releasedir = op_releasedir;
+  o.statfs = op_statfs;
+  o.setattr = op_setattr;
+  o.mknod = op_mknod;
+  o.mkdir = op_mkdir;
+  o.unlink = op_unlink;
+  o.rmdir = op_unlink;
+  o.symlink = op_symlink;
+  o.rename = op_rename;
+  o.link = op_link;
+  o.write = op_write;
+  o.create = op_create;
+  o.setxattr = op_setxattr;
+  o.removexattr = op_removexattr;
+  o.fallocate = op_fallocate;
+  return o;
+}
+
+}  // namespace
+
+int errno_of(std::exception_ptr e, std::string* message) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& x) {
+    *message = x.what();
+    return x.code() > 0 ? x.code() : EIO;
+  } catch (const std::bad_alloc&) {
+    *message = "out of memory";
+    return ENOMEM;
+  } catch (const std::exception& x) {
+    *message = x.what();
+    return EIO;
+  } catch (...) {
+    *message = "unknown failure";
+    return EIO;
+  }
+}
+
+const fuse_lowlevel_ops& operations() {
+  static const fuse_lowlevel_ops ops = make_ops();
+  return ops;
+}
+
+}  // namespace h5d::fusefs

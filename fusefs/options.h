@@ -1,0 +1,23 @@
+// Options owned by the FUSE adapter (filled in by config/).
+#pragma once
+#include <string>
+
+namespace h5d::fusefs {
+
+struct FuseOptions {
+  bool allow_other = false;   // needs user_allow_other in /etc/fuse.conf for non-root users
+  bool allow_root = false;
+  bool auto_unmount = false;  // fusermount3 unmounts when the daemon dies
+  std::string fsname;         // empty: the source path
+  std::string subtype = "h5direct";
+  unsigned readahead_kb = 0;  // 0: keep the kernel's default (128); root only (sysfs)
+  // Files never change under a mount: cache names and attributes for a day.
+  double entry_timeout = 86400.0;
+  double attr_timeout = 86400.0;
+  // FUSE worker threads: every request in flight holds one while it waits for its chunks, so
+  // keep enough of them (and keep them: idle threads are cheap, re-creating them is not).
+  unsigned max_threads = 64;
+  unsigned max_idle_threads = 64;
+};
+
+}  // namespace h5d::fusefs

@@ -1,0 +1,339 @@
+"""Filesystem behaviour of a mount: tree and names, modes mirroring the source, read-only
+errors, stats.json, debug logging, laziness, lifecycle (signals, daemon mode, bad arguments)."""
+import errno
+import json
+import os
+import os.path as osp
+import signal
+import subprocess
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+import h5d_testlib as tl
+
+
+def _h5(path, **kw):
+    with h5py.File(path, 'w', **kw) as f:
+        f['x'] = np.arange(12, dtype='<u2').reshape(3, 4)
+        f.create_group('g')['y'] = np.float32(1.5)
+    return path
+
+
+@pytest.fixture
+def srcdir():
+    d = tl.make_tmpdir('fs-src-')
+    os.mkdir(osp.join(d, 'sub'))
+    _h5(osp.join(d, 'sub', 'one.h5'))
+    _h5(osp.join(d, 'two.h5'))
+    _h5(osp.join(d, 'renamed.bin'), userblock_size=1024)
+    with open(osp.join(d, 'notes.txt'), 'w') as f:
+        f.write('plain text')
+    os.symlink('nowhere.h5', osp.join(d, 'dangling.h5'))
+    os.symlink('two.h5', osp.join(d, 'alias.h5'))
+    return d
+
+
+def run(args, timeout=30):
+    return subprocess.run([tl.BIN] + args, capture_output=True, text=True, timeout=timeout)
+
+
+def test_directory_tree(srcdir, mount):
+    m = mount(srcdir)
+    assert sorted(os.listdir(m.mnt)) == ['.h5direct', 'alias.h5', 'renamed.bin', 'sub', 'two.h5']
+    assert sorted(os.listdir(m.path('sub'))) == ['one.h5']
+    assert sorted(os.listdir(m.path('two.h5'))) == ['g', 'x.json', 'x.npy', 'x.raw']
+    np.testing.assert_array_equal(np.load(m.path('renamed.bin', 'g', 'y.npy')), np.float32(1.5))
+    np.testing.assert_array_equal(np.load(m.path('alias.h5', 'x.npy')),
+                                  np.arange(12, dtype='<u2').reshape(3, 4))
+    assert not osp.exists(m.path('notes.txt'))
+    assert not osp.exists(m.path('dangling.h5'))
+
+
+def test_single_file_source_is_its_root_group(srcdir, mount):
+    m = mount(osp.join(srcdir, 'two.h5'))
+    assert sorted(os.listdir(m.mnt)) == ['.h5direct', 'g', 'x.json', 'x.npy', 'x.raw']
+    st = os.stat(m.path('x.npy'))
+    assert st.st_size == 128 + 24
+
+
+def test_modes_and_owners_mirror_the_source(srcdir, mount):
+    p = osp.join(srcdir, 'two.h5')
+    os.chmod(p, 0o640)
+    if os.geteuid() == 0:
+        os.chown(p, 1234, 5678)
+    m = mount(srcdir)
+    d = os.stat(m.path('two.h5'))
+    f = os.stat(m.path('two.h5', 'x.npy'))
+    g = os.stat(m.path('two.h5', 'g'))
+    src = os.stat(p)
+    assert oct(d.st_mode & 0o7777) == oct(0o550)
+    assert oct(g.st_mode & 0o7777) == oct(0o550)
+    assert oct(f.st_mode & 0o7777) == oct(0o440)
+    for st in (d, f, g):
+        assert (st.st_uid, st.st_gid) == (src.st_uid, src.st_gid)
+    sub = os.stat(m.path('sub'))
+    assert sub.st_mode & 0o222 == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason='needs root to switch users')
+def test_default_permissions_with_allow_other(srcdir, mount):
+    os.chmod(osp.join(srcdir, 'two.h5'), 0o600)
+    os.chmod(osp.join(srcdir, 'sub', 'one.h5'), 0o644)
+    for p in (srcdir, osp.join(srcdir, 'sub')):
+        os.chmod(p, 0o755)
+    m = mount(srcdir, 'allow_other')
+
+    def as_nobody(path):
+        return subprocess.run(['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups',
+                               'cat', path], capture_output=True, timeout=20)
+    r = as_nobody(m.path('sub', 'one.h5', 'x.raw'))
+    assert r.returncode == 0 and r.stdout == np.arange(12, dtype='<u2').tobytes()
+    r = as_nobody(m.path('two.h5', 'x.raw'))
+    assert r.returncode != 0 and b'denied' in r.stderr
+
+
+def test_read_only(srcdir, mount):
+    m = mount(srcdir)
+    p = m.path('two.h5', 'x.npy')
+    for mode in ('wb', 'r+b', 'ab'):
+        with pytest.raises(OSError) as e:
+            open(p, mode)
+        assert e.value.errno == errno.EROFS
+    attempts = [lambda: os.mkdir(m.path('new')),
+                lambda: open(m.path('two.h5', 'new.npy'), 'wb'),
+                lambda: os.unlink(p),
+                lambda: os.rmdir(m.path('two.h5', 'g')),
+                lambda: os.rename(p, m.path('two.h5', 'y.npy')),
+                lambda: os.chmod(p, 0o644),
+                lambda: os.truncate(p, 0),
+                lambda: os.symlink('x', m.path('lnk'))]
+    for fn in attempts:
+        with pytest.raises(OSError) as e:
+            fn()
+        assert e.value.errno == errno.EROFS
+    np.load(p)  # still readable
+
+
+def test_stats_json(srcdir, mount):
+    m = mount(srcdir)
+    s0 = m.stats()
+    for key in ('bytes_served', 'chunks_decoded', 'cache_hits', 'cache_misses', 'fallbacks',
+                'errors', 'error_replies', 'reads'):
+        assert key in s0
+    data = open(m.path('two.h5', 'x.raw'), 'rb').read()
+    assert len(data) == 24
+    s1 = m.stats()
+    assert s1['bytes_served'] >= s0['bytes_served'] + 24
+    assert os.stat(m.path('.h5direct', 'stats.json')).st_mode & 0o222 == 0
+
+
+def test_statfs(srcdir, mount):
+    m = mount(srcdir)
+    st = os.statvfs(m.mnt)
+    assert st.f_namemax == 255
+    assert st.f_flag & os.ST_RDONLY
+
+
+def test_debug_logs_the_read_path(srcdir, mount):
+    m = mount(srcdir, 'debug')
+    np.load(m.path('two.h5', 'x.npy'))
+    time.sleep(0.1)
+    assert 'via direct' in m.log()
+
+
+def test_name_collisions(mount):
+    d = tl.make_tmpdir('names-')
+    with h5py.File(osp.join(d, 'c.h5'), 'w') as f:
+        f.create_group('a.npy')
+        f['a'] = np.arange(3)
+        f['b'] = np.arange(4)
+        f.create_group('.h5direct')
+    m = mount(osp.join(d, 'c.h5'))
+    names = sorted(os.listdir(m.mnt))
+    assert names == ['.h5direct', 'a.npy', 'a~ds.json', 'a~ds.npy', 'a~ds.raw', 'b.json',
+                     'b.npy', 'b.raw']
+    assert osp.isdir(m.path('a.npy'))
+    np.testing.assert_array_equal(np.load(m.path('a~ds.npy')), np.arange(3))
+    assert json.load(open(m.path('a~ds.json')))['path'] == '/a'
+    assert os.listdir(m.path('.h5direct')) == ['stats.json']
+
+
+def _open_h5_fds(pid):
+    out = []
+    for fd in os.listdir(f'/proc/{pid}/fd'):
+        try:
+            target = os.readlink(f'/proc/{pid}/fd/{fd}')
+        except OSError:
+            continue
+        if target.endswith('.h5'):
+            out.append(target)
+    return out
+
+
+def test_lazy_opening(mount):
+    d = tl.make_tmpdir('lazy-')
+    for i in range(200):
+        _h5(osp.join(d, f'f{i:03d}.h5'))
+    m = mount(d)
+    assert _open_h5_fds(m.proc.pid) == []
+    assert len(os.listdir(m.mnt)) == 201
+    assert _open_h5_fds(m.proc.pid) == []  # listing reads signatures only
+    os.listdir(m.path('f007.h5'))
+    opened = _open_h5_fds(m.proc.pid)
+    assert all(p.endswith('f007.h5') for p in opened)
+
+
+@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT])
+def test_signal_unmounts(srcdir, sig):
+    mnt = tl.make_tmpdir('mnt-sig-')
+    m = tl.Mount(srcdir, mnt=mnt)
+    try:
+        os.listdir(m.mnt)
+        m.proc.send_signal(sig)
+        assert m.proc.wait(15) == 0
+        assert not osp.ismount(mnt)
+    finally:
+        m.close()
+
+
+def test_daemon_mode_returns_after_mount(srcdir):
+    mnt = tl.make_tmpdir('mnt-daemon-')
+    try:
+        r = run([srcdir, mnt], timeout=30)
+        assert r.returncode == 0, r.stderr
+        assert osp.ismount(mnt)
+        assert 'two.h5' in os.listdir(mnt)
+    finally:
+        tl.unmount(mnt)
+    for _ in range(100):
+        if not osp.ismount(mnt):
+            break
+        time.sleep(0.05)
+    assert not osp.ismount(mnt)
+
+
+def test_bad_arguments_fail_before_mounting(srcdir):
+    mnt = tl.make_tmpdir('mnt-bad-')
+    cases = [
+        ([osp.join(srcdir, 'missing.h5'), mnt], 'source'),
+        ([osp.join(srcdir, 'notes.txt'), mnt], 'not an HDF5 file'),
+        ([srcdir, osp.join(mnt, 'missing')], 'mount point'),
+        ([srcdir, osp.join(srcdir, 'notes.txt')], 'not a directory'),
+        ([srcdir, mnt, '-o', 'rw'], 'read-only'),
+        ([srcdir, mnt, '-o', 'bogus'], "unknown option 'bogus'"),
+        ([srcdir, mnt, '-o', 'cache_size=huge'], 'cache_size'),
+        ([srcdir], 'missing'),
+    ]
+    for args, msg in cases:
+        r = run(args)
+        assert r.returncode != 0, args
+        assert msg in r.stderr, (args, r.stderr)
+        assert not osp.ismount(mnt)
+    # foreground too: no hang, clear message
+    r = run([osp.join(srcdir, 'missing.h5'), mnt, '-f'])
+    assert r.returncode != 0 and 'No such file' in r.stderr
+
+
+def test_help_and_version():
+    r = run(['--help'])
+    assert r.returncode == 0 and 'usage' in r.stdout and 'cache_size' in r.stdout
+    r = run(['--version'])
+    assert r.returncode == 0 and r.stdout.startswith('h5direct ')
+
+
+def test_mount_helper_conventions(srcdir, mount):
+    # what mount.fuse3 passes for `mount -t fuse.h5direct SRC MNT -o ro,nofail,...`
+    m = mount(srcdir, 'ro,dev,suid,nofail,_netdev,default_permissions,fsname=mydata')
+    with open('/proc/self/mounts') as f:
+        line = [ln for ln in f if f' {m.mnt} ' in ln][0]
+    fields = line.split()
+    assert fields[0] == 'mydata'
+    assert fields[2] == 'fuse.h5direct'
+    assert 'ro' in fields[3].split(',')
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason='readahead_kb needs root')
+def test_readahead_kb(srcdir, mount):
+    m = mount(srcdir, 'readahead_kb=1024')
+    dev = os.stat(m.mnt).st_dev
+    path = f'/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb'
+    # set by the daemon right after the kernel's INIT handshake
+    for _ in range(100):
+        with open(path) as f:
+            if int(f.read()) == 1024:
+                break
+        time.sleep(0.05)
+    with open(path) as f:
+        assert int(f.read()) == 1024, m.log()
+
+
+def test_config_file(srcdir, mount):
+    cfg = osp.join(tl.make_tmpdir('cfg-'), 'h5d.json')
+    with open(cfg, 'w') as f:
+        json.dump({'threads': 2, 'cache_size': '64M', 'debug': True}, f)
+    m = mount(srcdir, f'config={cfg}')
+    np.load(m.path('two.h5', 'x.npy'))
+    time.sleep(0.1)
+    assert 'via direct' in m.log()
+
+
+def test_corrupt_chunk_is_eio_and_logged_once(mount):
+    d = tl.make_tmpdir('corrupt-')
+    p = osp.join(d, 'bad.h5')
+    with h5py.File(p, 'w') as f:
+        f.create_dataset('good', data=np.arange(1000, dtype='<i4'))
+        f.create_dataset('z', data=np.arange(100000, dtype='<i4'), chunks=(10000,),
+                         compression='gzip')
+        info = f['z'].id.get_chunk_info(3)
+    with open(p, 'r+b') as fh:
+        fh.seek(info.byte_offset + 10)
+        fh.write(b'\xff' * 64)
+    m = mount(p)
+    with pytest.raises(OSError) as e:
+        open(m.path('z.raw'), 'rb').read()
+    assert e.value.errno == errno.EIO
+    lines = [ln for ln in m.log().splitlines() if 'error' in ln and '/z' in ln]
+    assert lines, m.log()
+    assert 'bad.h5' in lines[0] and 'chunk' in lines[0]
+    # the daemon goes on serving
+    np.testing.assert_array_equal(np.load(m.path('good.npy')), np.arange(1000))
+    z = np.load(m.path('z.npy'), mmap_mode='r')
+    np.testing.assert_array_equal(z[:10000], np.arange(10000))
+    assert m.stats()['error_replies']['EIO'] >= 1
+
+
+def test_concurrent_readers(mount):
+    import threading
+    d = tl.make_tmpdir('conc-')
+    p = osp.join(d, 'c.h5')
+    data = (np.arange(400 * 128 * 64, dtype='<u2') % 777).reshape(400, 128, 64)
+    with h5py.File(p, 'w') as f:
+        f.create_dataset('x', data=data, chunks=(4, 128, 64), compression='gzip', shuffle=True)
+    m = mount(p)
+    path = m.path('x.raw')
+    expected = data.tobytes()
+    errors = []
+
+    def reader(seed):
+        rng = np.random.default_rng(seed)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            for _ in range(60):
+                off = int(rng.integers(0, len(expected)))
+                ln = int(rng.integers(1, 300000))
+                if os.pread(fd, ln, off) != expected[off:off + ln]:
+                    errors.append((off, ln))
+            os.close(fd)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    assert open(path, 'rb').read() == expected

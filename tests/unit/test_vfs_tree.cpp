@@ -1,0 +1,345 @@
+// The virtual tree without FUSE: lazy providers, inode table, naming rules, array files over an
+// in-memory array, the control directory, the sequential prefetcher, sidecar dtypes.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/engine.h"
+#include "core/error.h"
+#include "vfs/npy.h"
+#include "vfs/prefetch.h"
+#include "vfs/sidecar.h"
+#include "vfs/tree.h"
+#include "vfs/vfs.h"
+
+using namespace h5d;
+using namespace h5d::vfs;
+
+namespace {
+
+class CountingProvider final : public DirProvider {
+ public:
+  CountingProvider(std::vector<ChildEntry> c, std::atomic<int>& calls, int fail_first = 0)
+      : c_(std::move(c)), calls_(calls), fail_(fail_first) {}
+  std::vector<ChildEntry> list() override {
+    ++calls_;
+    if (fail_ > 0) {
+      --fail_;
+      fail(EIO, "listing failed on purpose");
+    }
+    return c_;
+  }
+
+ private:
+  std::vector<ChildEntry> c_;
+  std::atomic<int>& calls_;
+  int fail_;
+};
+
+NodeMeta meta(mode_t perm) {
+  NodeMeta m;
+  m.perm = perm;
+  return m;
+}
+
+std::string tmpdir(const std::string& name) {
+  const char* base = std::getenv("H5D_TEST_TMP");
+  std::string d = std::string(base ? base : "/tmp") + "/" + name + "." + std::to_string(::getpid());
+  std::string cmd = "rm -rf '" + d + "' && mkdir -p '" + d + "'";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  return d;
+}
+
+void write_file(const std::string& path, const std::string& content, mode_t mode = 0644) {
+  std::ofstream(path, std::ios::binary) << content;
+  ::chmod(path.c_str(), mode);
+}
+
+const std::string kSig("\x89HDF\r\n\x1a\n", 8);
+
+EngineOptions small_engine() {
+  EngineOptions o;
+  o.threads = 2;
+  o.cache_bytes = 16 << 20;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("a directory lists its provider once, sorted, without bad or duplicate names", "[vfs]") {
+  std::atomic<int> calls{0};
+  auto f = make_text_file([] { return std::string("x"); }, meta(0444));
+  std::vector<ChildEntry> c = {{"b", f}, {"a", make_text_file([] { return std::string(); }, meta(0444))},
+                               {"", f}, {".", f}, {"..", f}, {"x/y", f}, {"a", f}, {"n", nullptr}};
+  auto dir = std::make_shared<DirNode>(meta(0555), std::make_unique<CountingProvider>(c, calls));
+  InodeTable table(dir);
+  CHECK(dir->ino() == 1);
+  auto l = dir->listing(table);
+  REQUIRE(l->entries.size() == 2);
+  CHECK(l->entries[0].name == "a");
+  CHECK(l->entries[1].name == "b");
+  CHECK(l->entries[0].node != f);  // the first "a" wins
+  CHECK(dir->find(table, "b") == f);
+  CHECK(dir->find(table, "zz") == nullptr);
+  CHECK(calls == 1);
+  const uint64_t ino_b = f->ino();
+  CHECK(ino_b > 1);
+  CHECK(table.get(ino_b) == f);
+  CHECK(table.get(0) == nullptr);
+  CHECK(table.get(999) == nullptr);
+  dir->listing(table);
+  CHECK(f->ino() == ino_b);  // stable
+  CHECK(calls == 1);
+}
+
+TEST_CASE("a failed listing is retried on the next access", "[vfs]") {
+  std::atomic<int> calls{0};
+  auto dir = std::make_shared<DirNode>(
+      meta(0555), std::make_unique<CountingProvider>(
+                      std::vector<ChildEntry>{{"a", make_text_file([] { return std::string(); }, meta(0444))}},
+                      calls, 1));
+  InodeTable table(dir);
+  CHECK_THROWS_AS(dir->listing(table), Error);
+  CHECK(dir->listing(table)->entries.size() == 1);
+  CHECK(calls == 2);
+}
+
+TEST_CASE("dataset names: groups keep theirs, datasets give way with ~ds", "[vfs]") {
+  std::set<std::string> taken = {"a.npy", "g"};
+  auto is_taken = [&](const std::string& n) { return taken.count(n) > 0; };
+  CHECK(dataset_stem("b", is_taken) == "b");
+  CHECK(dataset_stem("a", is_taken) == "a~ds");
+  CHECK(dataset_stem("g", is_taken) == "g");  // g.npy etc. are free
+  taken.insert("a~ds.json");
+  CHECK(dataset_stem("a", is_taken).empty());
+}
+
+TEST_CASE("permissions mirror the source without write bits", "[vfs]") {
+  struct stat st;
+  std::memset(&st, 0, sizeof st);
+  st.st_mode = S_IFREG | 0640;
+  st.st_uid = 12;
+  st.st_gid = 34;
+  CHECK(file_meta(st).perm == 0440);
+  CHECK(file_meta(st).uid == 12);
+  CHECK(file_meta(st).gid == 34);
+  CHECK(dir_meta_of_file(st).perm == 0550);
+  st.st_mode = S_IFREG | 0604;
+  CHECK(dir_meta_of_file(st).perm == 0505);
+  st.st_mode = S_IFDIR | 0775;
+  CHECK(dir_meta(st).perm == 0555);
+  st.st_mode = S_IFREG | 0777;
+  CHECK(file_meta(st).perm == 0444);
+}
+
+TEST_CASE("array files: .npy header from memory then the array's bytes; .raw alone", "[vfs]") {
+  Engine engine(small_engine());
+  TreeContext ctx{engine, VfsOptions{}, {}};
+  DType u2;
+  u2.typestr = "<u2";
+  u2.itemsize = 2;
+  std::vector<uint8_t> bytes(2 * 3 * 1000);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7 + 3);
+  auto arr = std::make_shared<MemoryArray>(Shape{3, 1000}, u2, bytes, "mem");
+  std::atomic<int> loads{0};
+  ArraySpec spec{Shape{3, 1000}, u2, "mem", "direct", [&] {
+                   ++loads;
+                   return arr;
+                 }};
+  auto npy = make_array_file(ctx, ArrayFormat::Npy, spec, meta(0444));
+  auto raw = make_array_file(ctx, ArrayFormat::Raw, spec, meta(0444));
+  CHECK(loads == 0);  // nothing loaded before open
+  const std::string header = npy_header(u2, {3, 1000});
+  CHECK(npy->size() == header.size() + bytes.size());
+  CHECK(raw->size() == bytes.size());
+
+  std::string expect = header + std::string(bytes.begin(), bytes.end());
+  auto f = static_cast<FileNode&>(*npy).open();
+  CHECK(f->keep_cache);
+  CHECK_FALSE(f->direct_io);
+  for (uint64_t off : {0ull, 1ull, 63ull, 127ull, 128ull, 129ull, 5000ull, 6100ull, 6127ull, 6128ull, 9999ull}) {
+    for (size_t len : {1ul, 2ul, 64ul, 333ul, 100000ul}) {
+      std::vector<char> buf(len, 'Z');
+      const size_t n = f->read(off, len, buf.data());
+      const size_t want = off >= expect.size() ? 0 : std::min<uint64_t>(len, expect.size() - off);
+      INFO("off=" << off << " len=" << len);
+      REQUIRE(n == want);
+      CHECK(std::string(buf.data(), n) == expect.substr(std::min<uint64_t>(off, expect.size()), n));
+    }
+  }
+  auto r = static_cast<FileNode&>(*raw).open();
+  std::vector<char> buf(bytes.size());
+  CHECK(r->read(0, buf.size(), buf.data()) == bytes.size());
+  CHECK(std::memcmp(buf.data(), bytes.data(), bytes.size()) == 0);
+  CHECK(loads == 2);
+}
+
+TEST_CASE("empty arrays: header-only .npy, empty .raw, no load", "[vfs]") {
+  Engine engine(small_engine());
+  TreeContext ctx{engine, VfsOptions{}, {}};
+  DType f4;
+  f4.typestr = "<f4";
+  f4.itemsize = 4;
+  ArraySpec spec{Shape{0, 5}, f4, "empty", "direct", []() -> ArrayPtr { fail(EIO, "must not load"); }};
+  auto npy = make_array_file(ctx, ArrayFormat::Npy, spec, meta(0444));
+  CHECK(npy->size() == 128);
+  auto f = static_cast<FileNode&>(*npy).open();
+  char buf[256];
+  CHECK(f->read(0, sizeof buf, buf) == 128);
+  auto raw = make_array_file(ctx, ArrayFormat::Raw, spec, meta(0444));
+  CHECK(raw->size() == 0);
+  CHECK(static_cast<FileNode&>(*raw).open()->read(0, 10, buf) == 0);
+}
+
+TEST_CASE("sequential prefetcher: doubles while sequential, resets on a seek", "[vfs]") {
+  SequentialPrefetcher::Config cfg{1000, 8000, 100};
+  SequentialPrefetcher p(cfg);
+  const uint64_t size = 1000000;
+  CHECK(p.on_read(0, 100, size).len == 0);  // first read: nothing yet
+  auto r = p.on_read(100, 100, size);        // sequential: prefetch one window ahead
+  CHECK(r.off == 200);
+  CHECK(r.len == 1000);
+  CHECK(p.window() == 2000);
+  uint64_t off = 200, asked_until = 1200;
+  uint64_t issued = 0;
+  for (int i = 0; i < 200; ++i, off += 100) {
+    auto x = p.on_read(off, 100, size);
+    if (x.len) {
+      CHECK(x.off == asked_until);  // contiguous prefetch ranges
+      asked_until = x.off + x.len;
+      ++issued;
+    }
+    CHECK(asked_until >= off + 100);  // always ahead of the reader
+    CHECK(asked_until <= off + 100 + 8000);  // never more than the cap ahead
+  }
+  CHECK(p.window() == 8000);  // capped
+  CHECK(issued < 80);        // once capped, one request per half window
+  CHECK(asked_until > off);
+  CHECK(p.on_read(500000, 100, size).len == 0);  // a far seek resets
+  CHECK(p.window() == 1000);
+  CHECK(p.on_read(500050, 100, size).len == 1000);  // slightly out of order still counts
+  CHECK(p.on_read(size - 10, 10, size).len == 0);
+}
+
+TEST_CASE("sidecar dtype descr in JSON: numpy's descr list with padding", "[vfs]") {
+  DType i4;
+  i4.typestr = "<i4";
+  i4.itemsize = 4;
+  DType f8;
+  f8.typestr = "<f8";
+  f8.itemsize = 8;
+  CHECK(dtype_descr_json(i4) == "<i4");
+  DType inner;
+  inner.itemsize = 8;
+  inner.fields = {Field{"x", 0, {i4}, {}}};
+  DType t;
+  t.itemsize = 48;
+  t.fields = {Field{"b", 8, {f8}, {3}}, Field{"a", 0, {i4}, {}}, Field{"n", 32, {inner}, {}}};
+  const auto j = dtype_descr_json(t);
+  CHECK(j.dump() ==
+        R"([["a","<i4"],["","|V4"],["b","<f8",[3]],["n",[["x","<i4"],["","|V4"]]],["","|V8"]])");
+}
+
+TEST_CASE("Vfs over a directory: lazy, signature-based, read-only, control dir", "[vfs]") {
+  const std::string d = tmpdir("vfs_tree");
+  ::mkdir((d + "/sub").c_str(), 0750);
+  write_file(d + "/notes.txt", "hello");
+  write_file(d + "/fake.h5", kSig + std::string(100, '\0'), 0640);            // signature at 0
+  write_file(d + "/ub.dat", std::string(512, 'u') + kSig + std::string(8, '\0'));  // user block
+  write_file(d + "/late", std::string(600, 'u') + kSig);  // signature at 600: not HDF5
+  ::symlink("nowhere", (d + "/dangling.h5").c_str());
+  ::symlink("fake.h5", (d + "/alias.h5").c_str());
+
+  Engine engine(small_engine());
+  std::atomic<int> factory_calls{0};
+  Vfs fs(engine, VfsOptions{}, d);
+  fs.add_provider_factory([&](const ProviderRequest& req) -> std::unique_ptr<DirProvider> {
+    ++factory_calls;
+    if (req.kind != SourceKind::Directory || req.path.substr(req.path.size() - 4) != "/sub") return nullptr;
+    return std::make_unique<CountingProvider>(
+        std::vector<ChildEntry>{{"link", std::make_shared<SymlinkNode>(meta(0777), "../notes")}},
+        factory_calls);
+  });
+  CHECK(factory_calls == 0);
+  const Attr root = fs.getattr(Vfs::kRootIno);
+  CHECK(S_ISDIR(root.mode));
+  std::set<std::string> names;
+  for (const auto& e : fs.readdir(Vfs::kRootIno)) names.insert(e.name);
+  CHECK(names == std::set<std::string>{".h5direct", "alias.h5", "fake.h5", "sub", "ub.dat"});
+
+  const Attr fake = fs.lookup(Vfs::kRootIno, "fake.h5");
+  CHECK(S_ISDIR(fake.mode));
+  CHECK((fake.mode & 07777) == 0550);
+  const Attr sub = fs.lookup(Vfs::kRootIno, "sub");
+  CHECK((sub.mode & 07777) == 0550);
+  CHECK_THROWS_AS(fs.lookup(Vfs::kRootIno, "notes.txt"), Error);
+  try {
+    fs.lookup(Vfs::kRootIno, "missing");
+  } catch (const Error& e) {
+    CHECK(e.code() == ENOENT);
+  }
+  // The factory claimed sub/.
+  const Attr link = fs.lookup(sub.ino, "link");
+  CHECK(S_ISLNK(link.mode));
+  CHECK(fs.readlink(link.ino) == "../notes");
+  CHECK_THROWS_AS(fs.readlink(sub.ino), Error);
+
+  // The control directory and stats.json (volatile, direct_io).
+  const Attr ctl = fs.lookup(Vfs::kRootIno, ".h5direct");
+  const Attr stats = fs.lookup(ctl.ino, "stats.json");
+  CHECK(stats.is_volatile);
+  auto f = fs.open(stats.ino, O_RDONLY);
+  CHECK(f->direct_io);
+  std::vector<char> buf(1 << 16);
+  const size_t n = fs.read(*f, 0, buf.size(), buf.data());
+  const auto j = nlohmann::json::parse(std::string(buf.data(), n));
+  CHECK(j.contains("bytes_served"));
+  CHECK(j.contains("fallbacks"));
+  CHECK(j["source"] == fs.source());
+
+  // Read-only.
+  for (int flags : {O_WRONLY, O_RDWR, O_RDONLY | O_TRUNC}) {
+    try {
+      fs.open(stats.ino, flags);
+      FAIL("open for writing succeeded");
+    } catch (const Error& e) {
+      CHECK(e.code() == EROFS);
+    }
+  }
+  try {
+    fs.open(sub.ino, O_RDONLY);
+    FAIL("opened a directory");
+  } catch (const Error& e) {
+    CHECK(e.code() == EISDIR);
+  }
+  // Not a real HDF5 file: listing it fails with an error, and the mount survives.
+  CHECK_THROWS_AS(fs.readdir(fake.ino), Error);
+  CHECK(fs.getattr(fake.ino).ino == fake.ino);
+  fs.note_error(EIO);
+  CHECK(nlohmann::json::parse(fs.render_stats())["error_replies"]["EIO"] == 1);
+  CHECK(fs.statfs().files >= 7);
+}
+
+TEST_CASE("Vfs refuses a missing or non-HDF5 source", "[vfs]") {
+  const std::string d = tmpdir("vfs_src");
+  write_file(d + "/plain.txt", "text");
+  Engine engine(small_engine());
+  try {
+    Vfs fs(engine, VfsOptions{}, d + "/missing");
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ENOENT);
+  }
+  CHECK_THROWS_AS(Vfs(engine, VfsOptions{}, d + "/plain.txt"), Error);
+}

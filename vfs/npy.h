@@ -1,0 +1,21 @@
+// The .npy header of an array, byte for byte as numpy (>= 1.24) writes it: magic, version, header
+// length, then the dict `{'descr': ..., 'fortran_order': False, 'shape': (...), }` padded with
+// spaces (including numpy's spare room for growing axis 0) and a newline so that the data starts
+// at a multiple of 64 bytes. Version 1.0 when the header fits a 16-bit length, else 2.0; 3.0
+// (UTF-8) when a field name is not ASCII.
+#pragma once
+#include <string>
+
+#include "core/dtype.h"
+#include "core/region.h"
+
+namespace h5d::vfs {
+
+// The dict text alone, without padding: "{'descr': '<u2', 'fortran_order': False, 'shape': (3, 4), }".
+std::string npy_dict(const DType& dtype, const Shape& shape);
+// Python repr of a shape tuple: "()", "(5,)", "(3, 4)".
+std::string py_shape(const Shape& shape);
+// Complete header (magic to newline); its size is the data offset (a multiple of 64).
+std::string npy_header(const DType& dtype, const Shape& shape);
+
+}  // namespace h5d::vfs

@@ -1,0 +1,24 @@
+// Options owned by the vfs layer (filled in by config/, which is the only place that parses them).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace h5d::vfs {
+
+enum class RunViewMode { Auto, Off, PerFile };
+
+struct VfsOptions {
+  // EuXFEL run view (vfs/run_view.*): auto = directories recognised as runs are shown as runs,
+  // off = plain files only, per_file = every file on its own.
+  RunViewMode run_view = RunViewMode::Auto;
+  // Sequential prefetch per open file: the first window is 1 MiB + 128 KiB (the kernel's own
+  // read-ahead adds 128 KiB to what the reader asked for), doubled while reads stay sequential,
+  // capped at max; reset by a seek farther than seek_tolerance.
+  uint64_t prefetch_initial = (1ull << 20) + (128ull << 10);
+  uint64_t prefetch_max = 64ull << 20;
+  uint64_t prefetch_seek_tolerance = 1ull << 20;
+  // Non-array datasets whose value has at most this many elements show it in their .json.
+  uint64_t small_value_elements = 1000;
+};
+
+}  // namespace h5d::vfs

@@ -1,0 +1,21 @@
+// The NAME.json sidecar of a dataset (schema: docs/sidecar.md) and the JSON forms of core values.
+#pragma once
+#include <cstdint>
+
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.h"
+#include "core/h5file.h"
+#include "core/value.h"
+
+namespace h5d::vfs {
+
+inline constexpr int kSidecarVersion = 1;
+
+nlohmann::json to_json(const Value& v);
+// numpy's dtype.descr in JSON: "<u2", or [["a", "<i4"], ["", "|V4"], ["b", "<f8", [3]]].
+nlohmann::json dtype_descr_json(const DType& t);
+// The sidecar of a dataset; npy_data_offset is the size of the .npy header (0 when not an array).
+nlohmann::json dataset_sidecar(const DatasetInfo& info, uint64_t npy_data_offset);
+
+}  // namespace h5d::vfs

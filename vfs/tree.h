@@ -1,0 +1,249 @@
+// The virtual tree: nodes (directories, files, symlinks), the lazy directory providers that
+// fill directories on first use, and the inode table. Knows nothing of FUSE.
+//
+// Extending the tree (EuXFEL run view and friends): write a DirProvider and a ProviderFactory
+// that recognises the directories (or HDF5 files) it wants to present, and register it with
+// Vfs::add_provider_factory (see vfs/providers.cpp: install_builtin_providers). Factories are
+// tried, in registration order, before the plain directory / HDF5 group providers, every time a
+// directory node is created for a real directory or an HDF5 file; the first that returns a
+// provider wins. The helpers at the end of this file build the standard nodes (real directories,
+// HDF5 groups, dataset files, array files), so a provider can mix its own nodes with plain ones.
+//
+// Threading: nodes are shared between FUSE worker threads. A DirNode lists its provider once
+// (under its own mutex, never a global one); after that, its listing is immutable. File nodes
+// are immutable after construction except for lazily computed, mutex-guarded caches.
+#pragma once
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <ctime>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/array.h"
+#include "vfs/options.h"
+
+struct stat;
+
+namespace h5d {
+class Engine;
+class H5File;
+}  // namespace h5d
+
+namespace h5d::vfs {
+
+enum class NodeKind { Directory, File, Symlink };
+
+// Owner, permission bits (never write bits) and times shown for a node.
+struct NodeMeta {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  mode_t perm = 0444;  // permission bits only; the type bits come from the node kind
+  timespec mtime{};
+  timespec ctime{};
+};
+
+// Meta of a file shown for a source file (its r bits), of a directory shown for a source file
+// (r-x where the file has r), and of a directory shown for a source directory (r and x bits).
+NodeMeta file_meta(const struct stat& st);
+NodeMeta dir_meta_of_file(const struct stat& st);
+NodeMeta dir_meta(const struct stat& st);
+NodeMeta with_perm(NodeMeta m, mode_t perm);
+
+class Node {
+ public:
+  Node(NodeKind kind, NodeMeta meta) : kind_(kind), meta_(meta) {}
+  virtual ~Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  NodeKind kind() const { return kind_; }
+  const NodeMeta& meta() const { return meta_; }
+  // 0 until the node is registered in the inode table (when its parent is listed).
+  uint64_t ino() const { return ino_.load(std::memory_order_acquire); }
+  // Size as stat reports it. May compute lazily; may throw h5d::Error.
+  virtual uint64_t size() const { return 0; }
+
+ private:
+  friend class InodeTable;
+  const NodeKind kind_;
+  const NodeMeta meta_;
+  std::atomic<uint64_t> ino_{0};
+};
+using NodePtr = std::shared_ptr<Node>;
+
+// One open file: what a FUSE file handle points to. read() may be called concurrently from
+// several threads for the same OpenFile.
+class OpenFile {
+ public:
+  virtual ~OpenFile() = default;
+  // Reads up to `size` bytes at `off` into buf; returns the count (short only at end of file).
+  virtual size_t read(uint64_t off, size_t size, char* buf) = 0;
+  bool direct_io = false;  // only for files whose content changes (stats.json)
+  bool keep_cache = true;  // files never change under a mount
+};
+
+class FileNode : public Node {
+ public:
+  explicit FileNode(NodeMeta meta) : Node(NodeKind::File, meta) {}
+  virtual std::unique_ptr<OpenFile> open() = 0;
+  // True when size and content change over time (attributes must not be cached).
+  virtual bool is_volatile() const { return false; }
+};
+
+class SymlinkNode final : public Node {
+ public:
+  SymlinkNode(NodeMeta meta, std::string target)
+      : Node(NodeKind::Symlink, meta), target_(std::move(target)) {}
+  const std::string& target() const { return target_; }
+  uint64_t size() const override { return target_.size(); }
+
+ private:
+  const std::string target_;
+};
+
+struct ChildEntry {
+  std::string name;
+  NodePtr node;
+};
+
+// Lists the children of one directory. list() is called on the first lookup or readdir of the
+// directory (never at mount time) and its result is kept for the mount's life; when it throws
+// (h5d::Error), the access fails and the next access calls it again. Names must not be empty,
+// ".", ".." or contain '/'; duplicates are dropped (the first wins) with a warning.
+class DirProvider {
+ public:
+  virtual ~DirProvider() = default;
+  virtual std::vector<ChildEntry> list() = 0;
+};
+
+class InodeTable;
+
+class DirNode final : public Node {
+ public:
+  DirNode(NodeMeta meta, std::unique_ptr<DirProvider> provider)
+      : Node(NodeKind::Directory, meta), provider_(std::move(provider)) {}
+
+  struct Listing {
+    std::vector<ChildEntry> entries;  // sorted by name
+    std::unordered_map<std::string, size_t> index;
+  };
+  // Lists the provider on first use and registers the children's inodes.
+  std::shared_ptr<const Listing> listing(InodeTable& table);
+  // nullptr when there is no such child.
+  NodePtr find(InodeTable& table, const std::string& name);
+
+ private:
+  std::mutex list_mu_;  // serialises the first listing; taken before mu_
+  std::mutex mu_;       // guards listing_
+  std::unique_ptr<DirProvider> provider_;  // guarded by list_mu_
+  std::shared_ptr<const Listing> listing_;
+};
+
+// Inode numbers: the root is 1 (FUSE_ROOT_ID); every other node gets the next number when it is
+// first registered, and keeps it (and stays alive) for the mount's life.
+class InodeTable {
+ public:
+  explicit InodeTable(NodePtr root);
+  uint64_t add(const NodePtr& node);
+  NodePtr get(uint64_t ino) const;  // nullptr when unknown
+  size_t size() const;
+
+ private:
+  mutable std::shared_mutex mu_;  // guards nodes_
+  std::vector<NodePtr> nodes_;    // nodes_[ino - 1]
+};
+
+// ---- Extension points -------------------------------------------------------------------------
+
+struct TreeContext;
+
+enum class SourceKind { Directory, Hdf5File };
+
+struct ProviderRequest {
+  const TreeContext& ctx;
+  std::string path;    // absolute path of the real directory or HDF5 file
+  SourceKind kind;
+  const struct stat& st;
+};
+// Returns a provider for the directory node shown for `path`, or nullptr when not interested.
+using ProviderFactory = std::function<std::unique_ptr<DirProvider>(const ProviderRequest&)>;
+
+// What every provider may use. Owned by the Vfs; outlives every node.
+struct TreeContext {
+  Engine& engine;
+  VfsOptions opts;
+  std::vector<ProviderFactory> factories;  // set up before the first access, then read-only
+};
+
+// ---- Building blocks for providers (vfs/h5tree.cpp, vfs/nodes.cpp) ------------------------------
+
+// True when `path` is a regular file with the HDF5 signature at 0, 512, 1024, 2048, ...
+bool is_hdf5_file(const std::string& path);
+bool is_hdf5_file(int fd, uint64_t file_size);
+
+// The provider for a real directory / an HDF5 file: registered factories first, then the plain
+// directory provider / the root group of the file. The *_node forms wrap it in a DirNode.
+std::unique_ptr<DirProvider> make_source_dir_provider(const TreeContext& ctx,
+                                                      const std::string& path,
+                                                      const struct stat& st);
+std::unique_ptr<DirProvider> make_hdf5_file_provider(const TreeContext& ctx,
+                                                     const std::string& path,
+                                                     const struct stat& st);
+// The plain providers, without consulting the factories.
+std::unique_ptr<DirProvider> make_plain_dir_provider(const TreeContext& ctx, const std::string& path);
+std::unique_ptr<DirProvider> make_group_provider(const TreeContext& ctx,
+                                                 const std::string& file_path,
+                                                 const std::string& group_path,
+                                                 const NodeMeta& dir_meta,
+                                                 const NodeMeta& file_meta);
+NodePtr make_source_dir_node(const TreeContext& ctx, const std::string& path,
+                             const struct stat& st);
+NodePtr make_hdf5_file_node(const TreeContext& ctx, const std::string& path,
+                            const struct stat& st);
+// The directory node for group `group_path` of the HDF5 file at `file_path` (opened lazily, when
+// the directory is listed). `meta` applies to everything below.
+NodePtr make_group_node(const TreeContext& ctx, const std::string& file_path,
+                        const std::string& group_path, const NodeMeta& dir_meta,
+                        const NodeMeta& file_meta);
+
+// Adds the files of one dataset (NAME.npy, NAME.raw, NAME.json; only NAME.json when it is not an
+// array) to `out`. Reads the dataset's metadata now.
+void add_dataset_files(const TreeContext& ctx, std::vector<ChildEntry>& out, H5File& file,
+                       const std::string& dset_path, const std::string& name,
+                       const NodeMeta& meta);
+
+// A lazily obtained array (opening files only when the node is opened).
+using ArrayLoader = std::function<ArrayPtr()>;
+enum class ArrayFormat { Npy, Raw };
+
+struct ArraySpec {
+  Shape shape;
+  DType dtype;
+  std::string what;       // for logs: "file.h5:/path"
+  std::string read_path;  // "direct" or "library: <why>", logged per read with -o debug
+  ArrayLoader loader;
+};
+NodePtr make_array_file(const TreeContext& ctx, ArrayFormat format, ArraySpec spec,
+                        const NodeMeta& meta);
+// A read-only text file whose content is rendered once, on first use.
+NodePtr make_text_file(std::function<std::string()> render, const NodeMeta& meta);
+// A read-only file whose content is rendered at each open (and each stat); served with direct_io.
+NodePtr make_dynamic_file(std::function<std::string()> render, const NodeMeta& meta);
+NodePtr make_dir_node(const NodeMeta& meta, std::vector<ChildEntry> fixed_children);
+
+// Names for the files of a dataset within one directory (see docs/usage.md, "Names"): groups,
+// links to groups and other directories keep their names; a dataset NAME gives NAME.npy,
+// NAME.raw, NAME.json; when one of those is already taken by a directory, the dataset's files
+// are named NAME~ds.npy, NAME~ds.raw, NAME~ds.json instead; when those are taken too, the
+// dataset is left out (with a warning).
+std::string dataset_stem(const std::string& name,
+                         const std::function<bool(const std::string&)>& taken);
+
+}  // namespace h5d::vfs

@@ -1,0 +1,204 @@
+#include "vfs/vfs.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace h5d::vfs {
+namespace {
+
+// The root: the source's own listing plus the control directory (.h5direct), which hides an
+// entry of the same name in the source.
+class RootProvider final : public DirProvider {
+ public:
+  RootProvider(const TreeContext& ctx, std::string path, struct stat st, NodePtr control)
+      : ctx_(ctx), path_(std::move(path)), st_(st), control_(std::move(control)) {}
+
+  std::vector<ChildEntry> list() override {
+    std::unique_ptr<DirProvider> inner = S_ISDIR(st_.st_mode)
+                                             ? make_source_dir_provider(ctx_, path_, st_)
+                                             : make_hdf5_file_provider(ctx_, path_, st_);
+    std::vector<ChildEntry> out;
+    for (auto& c : inner->list()) {
+      if (c.name == Vfs::kControlDir) {
+        log::warn(path_ + ": '" + c.name + "' is hidden by h5direct's control directory");
+        continue;
+      }
+      out.push_back(std::move(c));
+    }
+    out.push_back({Vfs::kControlDir, control_});
+    return out;
+  }
+
+ private:
+  const TreeContext& ctx_;
+  std::string path_;
+  struct stat st_;
+  NodePtr control_;
+};
+
+const auto g_start = std::chrono::steady_clock::now();
+
+}  // namespace
+
+Vfs::Vfs(Engine& engine, VfsOptions opts, const std::string& source) : engine_(engine) {
+  char resolved[PATH_MAX];
+  if (!::realpath(source.c_str(), resolved)) {
+    fail(errno, "source " + source + ": " + std::strerror(errno));
+  }
+  source_ = resolved;
+  struct stat st;
+  if (::stat(source_.c_str(), &st) != 0) {
+    fail(errno, "source " + source + ": " + std::strerror(errno));
+  }
+  NodeMeta root_meta;
+  if (S_ISDIR(st.st_mode)) {
+    root_meta = dir_meta(st);
+  } else if (S_ISREG(st.st_mode)) {
+    if (!is_hdf5_file(source_)) {
+      fail(EINVAL, "source " + source + " is not an HDF5 file (no HDF5 signature) nor a directory");
+    }
+    root_meta = dir_meta_of_file(st);
+  } else {
+    fail(EINVAL, "source " + source + " is neither a regular file nor a directory");
+  }
+  ctx_.reset(new TreeContext{engine, opts, {}});
+  NodeMeta ctl = with_perm(root_meta, 0555);
+  NodePtr stats = make_dynamic_file([this] { return render_stats(); }, with_perm(root_meta, 0444));
+  NodePtr control = make_dir_node(ctl, {{"stats.json", stats}});
+  auto root = std::make_shared<DirNode>(
+      root_meta, std::make_unique<RootProvider>(*ctx_, source_, st, control));
+  table_ = std::make_unique<InodeTable>(root);
+}
+
+Vfs::~Vfs() = default;
+
+void Vfs::add_provider_factory(ProviderFactory factory) {
+  ctx_->factories.push_back(std::move(factory));
+}
+
+NodePtr Vfs::node(uint64_t ino) {
+  NodePtr n = table_->get(ino);
+  if (!n) fail(ENOENT, "unknown inode " + std::to_string(ino));
+  return n;
+}
+
+Attr Vfs::attr_of(const Node& n) {
+  Attr a;
+  a.ino = n.ino();
+  a.kind = n.kind();
+  a.uid = n.meta().uid;
+  a.gid = n.meta().gid;
+  a.mtime = n.meta().mtime;
+  a.ctime = n.meta().ctime;
+  switch (n.kind()) {
+    case NodeKind::Directory:
+      a.mode = S_IFDIR | n.meta().perm;
+      a.nlink = 2;
+      break;
+    case NodeKind::File:
+      a.mode = S_IFREG | n.meta().perm;
+      a.is_volatile = static_cast<const FileNode&>(n).is_volatile();
+      break;
+    case NodeKind::Symlink:
+      a.mode = S_IFLNK | 0777;
+      break;
+  }
+  a.size = n.size();
+  return a;
+}
+
+Attr Vfs::getattr(uint64_t ino) { return attr_of(*node(ino)); }
+
+Attr Vfs::lookup(uint64_t parent, const std::string& name) {
+  NodePtr p = node(parent);
+  if (p->kind() != NodeKind::Directory) fail(ENOTDIR, "lookup in a non-directory");
+  NodePtr c = static_cast<DirNode&>(*p).find(*table_, name);
+  if (!c) fail(ENOENT, "no entry '" + name + "'");
+  return attr_of(*c);
+}
+
+std::vector<DirEntry> Vfs::readdir(uint64_t ino) {
+  NodePtr p = node(ino);
+  if (p->kind() != NodeKind::Directory) fail(ENOTDIR, "readdir of a non-directory");
+  auto l = static_cast<DirNode&>(*p).listing(*table_);
+  std::vector<DirEntry> out;
+  out.reserve(l->entries.size());
+  for (const auto& c : l->entries) out.push_back({c.name, c.node->ino(), c.node->kind()});
+  return out;
+}
+
+std::unique_ptr<OpenFile> Vfs::open(uint64_t ino, int flags) {
+  NodePtr n = node(ino);
+  if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC)) fail(EROFS, "read-only filesystem");
+  if (n->kind() == NodeKind::Directory) fail(EISDIR, "is a directory");
+  if (n->kind() != NodeKind::File) fail(EINVAL, "not a regular file");
+  opens_.fetch_add(1, std::memory_order_relaxed);
+  return static_cast<FileNode&>(*n).open();
+}
+
+size_t Vfs::read(OpenFile& file, uint64_t off, size_t size, char* buf) {
+  return file.read(off, size, buf);
+}
+
+std::string Vfs::readlink(uint64_t ino) {
+  NodePtr n = node(ino);
+  if (n->kind() != NodeKind::Symlink) fail(EINVAL, "not a symbolic link");
+  return static_cast<SymlinkNode&>(*n).target();
+}
+
+FsStats Vfs::statfs() {
+  FsStats s;
+  s.files = table_->size();
+  return s;
+}
+
+void Vfs::note_error(int err) {
+  std::lock_guard<std::mutex> lk(err_mu_);
+  ++errors_[err];
+}
+
+std::string Vfs::render_stats() {
+  using nlohmann::json;
+  Stats& st = engine_.stats();
+  json j;
+  j["source"] = source_;
+  j["uptime_seconds"] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - g_start).count();
+  j["bytes_served"] = st.bytes_served.load();
+  j["reads"] = st.reads.load();
+  j["chunks_decoded"] = st.chunks_decoded.load();
+  j["chunks_prefetched"] = st.chunks_prefetched.load();
+  j["cache_hits"] = st.cache_hits.load();
+  j["cache_misses"] = st.cache_misses.load();
+  j["bytes_pread"] = st.bytes_pread.load();
+  j["library_reads"] = st.library_reads.load();
+  j["errors"] = st.errors.load();
+  json fb = json::object();
+  for (const auto& [why, n] : st.fallbacks()) fb[why] = n;
+  j["fallbacks"] = fb;
+  json replies = json::object();
+  {
+    std::lock_guard<std::mutex> lk(err_mu_);
+    for (const auto& [err, n] : errors_) {
+      const char* name = strerrorname_np(err);
+      replies[name ? name : std::to_string(err)] = n;
+    }
+  }
+  j["error_replies"] = replies;
+  j["inodes"] = table_->size();
+  j["opens"] = opens_.load(std::memory_order_relaxed);
+  return j.dump(2) + "\n";
+}
+
+}  // namespace h5d::vfs

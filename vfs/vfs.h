@@ -1,0 +1,95 @@
+// The filesystem as the FUSE adapter sees it: inode numbers in, attributes, listings and bytes
+// out. Every method may throw h5d::Error (the adapter turns it into an errno reply); none holds a
+// global lock while reading data.
+#pragma once
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "vfs/options.h"
+#include "vfs/tree.h"
+
+namespace h5d {
+class Engine;
+}
+
+namespace h5d::vfs {
+
+struct Attr {
+  uint64_t ino = 0;
+  NodeKind kind = NodeKind::File;
+  uint64_t size = 0;
+  mode_t mode = 0;  // type and permission bits, as st_mode
+  uint32_t nlink = 1;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  timespec mtime{};
+  timespec ctime{};
+  bool is_volatile = false;  // do not cache (size and content change)
+};
+
+struct DirEntry {
+  std::string name;
+  uint64_t ino = 0;
+  NodeKind kind = NodeKind::File;
+};
+
+struct FsStats {
+  uint64_t files = 0;     // inodes known so far
+  uint64_t bytes = 0;     // 0: the tree is lazy and its total size unknown
+  uint32_t name_max = 255;
+  uint32_t block_size = 4096;
+};
+
+class Vfs {
+ public:
+  static constexpr uint64_t kRootIno = 1;
+  static constexpr const char* kControlDir = ".h5direct";
+
+  // `source` is an HDF5 file (the root shows its root group) or a directory. Throws
+  // Error(ENOENT/ENOTDIR/EINVAL) when it is missing or neither. Opens nothing else.
+  Vfs(Engine& engine, VfsOptions opts, const std::string& source);
+  ~Vfs();
+  Vfs(const Vfs&) = delete;
+  Vfs& operator=(const Vfs&) = delete;
+
+  // Extension point (EuXFEL run view): call before the first access.
+  void add_provider_factory(ProviderFactory factory);
+
+  Attr getattr(uint64_t ino);
+  Attr lookup(uint64_t parent, const std::string& name);  // Error(ENOENT) when missing
+  std::vector<DirEntry> readdir(uint64_t ino);
+  // flags as open(2): anything but O_RDONLY gives Error(EROFS); directories give EISDIR.
+  std::unique_ptr<OpenFile> open(uint64_t ino, int flags);
+  size_t read(OpenFile& file, uint64_t off, size_t size, char* buf);
+  std::string readlink(uint64_t ino);
+  FsStats statfs();
+
+  // Counts an error reply (for stats.json); the adapter calls it once per failed request.
+  void note_error(int err);
+  // The content of .h5direct/stats.json.
+  std::string render_stats();
+
+  const std::string& source() const { return source_; }
+  Engine& engine() { return engine_; }
+
+ private:
+  NodePtr node(uint64_t ino);  // Error(ENOENT) when unknown
+  Attr attr_of(const Node& n);
+
+  Engine& engine_;
+  std::string source_;
+  std::unique_ptr<TreeContext> ctx_;
+  std::unique_ptr<InodeTable> table_;
+  std::mutex err_mu_;  // guards errors_
+  std::map<int, uint64_t> errors_;  // errno -> replies
+  std::atomic<uint64_t> opens_{0};
+};
+
+}  // namespace h5d::vfs
