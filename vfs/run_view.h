@@ -11,6 +11,9 @@
 //       .run_values.json               RUN section values (CONTROL sources)
 //   legacy source names (corrected data's <det>/DET/<n>CH0:xtdf) are symbolic links to the
 //   canonical source directory.
+//   RUN/<detector>/                    a multi-module detector (AGIPD, LPD, DSSC, JUNGFRAU): its
+//                                      stacked keys beside the module source directories
+//                                      (vfs/detector_view.h)
 //
 // Nothing is opened at mount time: the run's files are opened when the run directory is first
 // looked up or listed; a source's keys and INDEX when that source's directory is listed.

@@ -46,25 +46,25 @@ H5O_type_t type_locked(hid_t fid, const std::string& path) {
   return info.type;
 }
 
+// Reads elements [0, min(n, extent)) of the dataset `path` relative to `loc` (a file or group
+// handle). Returns false, reading nothing, when there is no such dataset. Caller holds the lock.
 template <class T>
-std::vector<T> read_ints(H5File& f, const std::string& path, uint64_t n, hid_t memtype) {
-  h5::init_library();
-  h5::Lock lk = h5::lock();
-  hid_t fid = static_cast<hid_t>(f.handle());
-  hid_t did = H5Dopen2(fid, path.c_str(), H5P_DEFAULT);
+bool read_ints_at(hid_t loc, const std::string& what, const std::string& path, uint64_t n,
+                  hid_t memtype, std::vector<T>& out) {
+  hid_t did = H5Dopen2(loc, path.c_str(), H5P_DEFAULT);
   if (did < 0) {
     H5Eclear2(H5E_DEFAULT);
-    fail(ENOENT, f.path() + ":" + path + ": no such dataset");
+    return false;
   }
   Handle d(did);
   Handle space = h5::check(H5Dget_space(d.get()), "H5Dget_space");
   int rank = H5Sget_simple_extent_ndims(space.get());
-  if (rank < 0) h5::fail_h5(EIO, f.path() + ":" + path);
+  if (rank < 0) h5::fail_h5(EIO, what);
   std::vector<hsize_t> dims(std::max(rank, 1), 1);
   if (rank > 0) H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
   uint64_t count = rank == 0 ? 1 : std::min<uint64_t>(n, dims[0]);
-  std::vector<T> out(count);
-  if (count == 0) return out;
+  out.assign(count, T{});
+  if (count == 0) return true;
   if (rank > 0) {
     std::vector<hsize_t> start(rank, 0), cnt(rank, 1);
     cnt[0] = count;
@@ -75,8 +75,28 @@ std::vector<T> read_ints(H5File& f, const std::string& path, uint64_t n, hid_t m
   hsize_t mdim = count;
   Handle mspace = h5::check(H5Screate_simple(1, &mdim, nullptr), "H5Screate_simple");
   h5::check(H5Dread(d.get(), memtype, mspace.get(), space.get(), H5P_DEFAULT, out.data()),
-            f.path() + ":" + path + ": read");
+            what + ": read");
+  return true;
+}
+
+template <class T>
+std::vector<T> read_ints(H5File& f, const std::string& path, uint64_t n, hid_t memtype) {
+  h5::init_library();
+  h5::Lock lk = h5::lock();
+  std::vector<T> out;
+  if (!read_ints_at<T>(static_cast<hid_t>(f.handle()), f.path() + ":" + path, path, n, memtype,
+                       out))
+    fail(ENOENT, f.path() + ":" + path + ": no such dataset");
   return out;
+}
+
+template <class T>
+bool try_read_ints(H5File& f, const std::string& path, uint64_t n, hid_t memtype,
+                   std::vector<T>& out) {
+  h5::init_library();
+  h5::Lock lk = h5::lock();
+  return read_ints_at<T>(static_cast<hid_t>(f.handle()), f.path() + ":" + path, path, n, memtype,
+                         out);
 }
 
 struct VisitState {
@@ -117,13 +137,7 @@ std::string soft_link_target(H5File& f, const std::string& path) {
   h5::init_library();
   h5::Lock lk = h5::lock();
   hid_t fid = static_cast<hid_t>(f.handle());
-  size_t slash = path.find_last_of('/');
-  std::string parent = slash == 0 ? "/" : path.substr(0, slash);
-  if (!exists_locked(fid, parent)) return "";
-  if (H5Lexists(fid, path.c_str(), H5P_DEFAULT) <= 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return "";
-  }
+  // H5Lget_info fails (quietly: error printing is off) when any component is missing.
   H5L_info_t info;
   if (H5Lget_info(fid, path.c_str(), &info, H5P_DEFAULT) < 0) {
     H5Eclear2(H5E_DEFAULT);
@@ -147,12 +161,72 @@ std::vector<int64_t> read_i64(H5File& f, const std::string& path, uint64_t n) {
   return read_ints<int64_t>(f, path, n, H5T_NATIVE_INT64);
 }
 
+bool try_read_u64(H5File& f, const std::string& path, std::vector<uint64_t>& out, uint64_t n) {
+  return try_read_ints<uint64_t>(f, path, n, H5T_NATIVE_UINT64, out);
+}
+
+bool try_read_i64(H5File& f, const std::string& path, std::vector<int64_t>& out, uint64_t n) {
+  return try_read_ints<int64_t>(f, path, n, H5T_NATIVE_INT64, out);
+}
+
+std::vector<IndexArrays> read_index(H5File& f, const std::string& base,
+                                    const std::vector<std::string>& groups, uint64_t n) {
+  h5::init_library();
+  h5::Lock lk = h5::lock();
+  std::vector<IndexArrays> out(groups.size());
+  hid_t fid = static_cast<hid_t>(f.handle());
+  hid_t gid = H5Gopen2(fid, base.c_str(), H5P_DEFAULT);
+  if (gid < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    for (auto& r : out) r.error = f.path() + ":" + base + ": no such group";
+    return out;
+  }
+  Handle g(gid);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    IndexArrays& r = out[i];
+    const std::string rel = groups[i].empty() ? "" : groups[i] + "/";
+    const std::string what = f.path() + ":" + base + "/" + rel;
+    try {
+      if (!read_ints_at<uint64_t>(g.get(), what + "first", rel + "first", n, H5T_NATIVE_UINT64,
+                                  r.firsts)) {
+        r.error = what + "first: no such dataset";
+        continue;
+      }
+      if (read_ints_at<uint64_t>(g.get(), what + "count", rel + "count", n, H5T_NATIVE_UINT64,
+                                 r.counts))
+        continue;
+      // Format 0.1: count = (last - first + 1) * status
+      std::vector<int64_t> last, status;
+      if (!read_ints_at<int64_t>(g.get(), what + "last", rel + "last", n, H5T_NATIVE_INT64, last) ||
+          !read_ints_at<int64_t>(g.get(), what + "status", rel + "status", n, H5T_NATIVE_INT64,
+                                 status)) {
+        r.firsts.clear();
+        r.error = what + "count (or last and status): no such dataset";
+        continue;
+      }
+      size_t m = std::min({r.firsts.size(), last.size(), status.size()});
+      r.counts.resize(m);
+      for (size_t k = 0; k < m; ++k)
+        r.counts[k] = static_cast<uint64_t>((last[k] - int64_t(r.firsts[k]) + 1) * status[k]);
+    } catch (const std::exception& e) {
+      r.firsts.clear();
+      r.counts.clear();
+      r.error = e.what();
+    }
+  }
+  return out;
+}
+
 std::vector<std::string> read_strings(H5File& f, const std::string& path) {
   h5::init_library();
   h5::Lock lk = h5::lock();
   hid_t fid = static_cast<hid_t>(f.handle());
-  if (!exists_locked(fid, path)) fail(ENOENT, f.path() + ":" + path + ": no such dataset");
-  Handle d = h5::check(H5Dopen2(fid, path.c_str(), H5P_DEFAULT), f.path() + ":" + path);
+  hid_t did = H5Dopen2(fid, path.c_str(), H5P_DEFAULT);
+  if (did < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    fail(ENOENT, f.path() + ":" + path + ": no such dataset");
+  }
+  Handle d(did);
   Handle ftype = h5::check(H5Dget_type(d.get()), "H5Dget_type");
   if (H5Tget_class(ftype.get()) != H5T_STRING)
     fail(EINVAL, f.path() + ":" + path + ": not a string dataset");

@@ -27,6 +27,24 @@ std::string soft_link_target(H5File& f, const std::string& path);
 std::vector<uint64_t> read_u64(H5File& f, const std::string& path, uint64_t n = ~0ull);
 std::vector<int64_t> read_i64(H5File& f, const std::string& path, uint64_t n = ~0ull);
 
+// As read_u64 / read_i64, but false (out untouched) when there is no such dataset: one libhdf5
+// call where an existence check and a read would take several.
+bool try_read_u64(H5File& f, const std::string& path, std::vector<uint64_t>& out,
+                  uint64_t n = ~0ull);
+bool try_read_i64(H5File& f, const std::string& path, std::vector<int64_t>& out,
+                  uint64_t n = ~0ull);
+
+// The EuXFEL INDEX arrays of several index groups below one INDEX group (`base`, e.g.
+// "/INDEX/<source>"; group "" = base itself), `base` opened once: <group>/first and
+// <group>/count, or format 0.1's first/last/status converted to count = (last-first+1)*status,
+// each cut to n entries. Per group: the arrays, or an error (missing datasets, read errors).
+struct IndexArrays {
+  std::vector<uint64_t> firsts, counts;
+  std::string error;
+};
+std::vector<IndexArrays> read_index(H5File& f, const std::string& base,
+                                    const std::vector<std::string>& groups, uint64_t n);
+
 // A 1-d string dataset (variable or fixed length) as strings; empty strings kept.
 std::vector<std::string> read_strings(H5File& f, const std::string& path);
 

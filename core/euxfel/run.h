@@ -3,11 +3,14 @@
 // (extra_data/reader.py, sourcedata.py, keydata.py, file_access.py, voview.py); docs/euxfel.md
 // lists them and where h5direct differs (errors are reported instead of raised).
 //
-// Cost model: Run::open lists the directory and reads, per sequence file, INDEX/trainId,
-// INDEX/flag and the METADATA source list (one H5Dread each). Per (source, index group) the
-// INDEX first/count arrays are read on first use (one H5Dread each per file); per source the
-// key list and dataset metadata are read from one file on first use; a key's per-file dataset
-// arrays are opened on its first read. Nothing reads bulk data until a key is read.
+// Cost model: Run::open lists the directory and opens every sequence file once (libhdf5 is
+// serialised by the HDF5 lock, so opening them in parallel would gain nothing; the first MiB of
+// every file is asked for with posix_fadvise(WILLNEED) first, so a cold cache reads ahead in
+// parallel). While a file is open it reads INDEX/trainId, INDEX/flag, the METADATA source list
+// and the INDEX first/count arrays of every (source, index group) the METADATA names (one
+// H5Dread each): listing sources later opens no sequence file again. Per source the key list
+// and dataset metadata are read from one file on first use; a key's per-file dataset arrays are
+// opened on its first read. Nothing reads bulk data until a key is read.
 //
 // Thread safety: all public methods may be called concurrently; lazily built state is guarded
 // by Run::mu_ (never held while reading bulk data; taken before the HDF5 lock, never after).
@@ -89,6 +92,13 @@ struct GroupIndex {
   std::vector<std::string> errors;
 };
 
+// INDEX first/count of one (source, index group) in one file, cut to the file's train count
+// (old first/last/status indexes already converted), or the error met reading it.
+struct FileIndex {
+  std::vector<uint64_t> firsts, counts;
+  std::string error;  // non-empty: could not be read
+};
+
 struct SequenceFile {
   std::string path, name;   // absolute path, base name
   uint64_t size = 0;
@@ -97,6 +107,11 @@ struct SequenceFile {
   std::vector<uint8_t> valid;       // validity flag per train (see RunOptions)
   std::vector<std::string> control_sources, instrument_sources;
   std::map<std::string, std::string> legacy;  // legacy source name -> canonical name
+  // Index groups named in METADATA per canonical source ("" for CONTROL sources).
+  std::map<std::string, std::vector<std::string>> source_groups;
+  // INDEX arrays read while the file was open at Run::open, keyed by INDEX path
+  // ("/INDEX/<source>[/<group>]"). Groups not found here are read on first use.
+  std::map<std::string, std::shared_ptr<const FileIndex>> index;
   std::shared_ptr<H5File> file;
 };
 
@@ -136,6 +151,7 @@ class Run {
 
   const std::string& dir() const { return dir_; }
   const RunOptions& options() const { return opts_; }
+  Engine& engine() const { return engine_; }
   // The overview file the run was built from ("" when built from the sequence files).
   const std::string& overview() const { return overview_; }
   const std::vector<SequenceFile>& files() const { return files_; }
