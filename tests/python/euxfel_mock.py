@@ -58,7 +58,7 @@ def pad_rows(dtype, entry_shape, n):
 
 class Key:
     def __init__(self, name, dtype, entry_shape=(), chunks=None, compression=None, attrs=None,
-                 string=False):
+                 string=False, make=None):
         self.name = name              # "image.data"
         self.dtype = dtype
         self.entry_shape = tuple(entry_shape)
@@ -66,6 +66,9 @@ class Key:
         self.compression = compression
         self.attrs = attrs or {}
         self.string = string          # variable-length string per row: not an array
+        # make(row_tids, row_js) -> rows: content instead of make_rows(); called once per block
+        # of whole trains (RunWriter.block_bytes), so large datasets are written in bounded memory
+        self.make = make
 
 
 class Group:
@@ -163,8 +166,10 @@ def detector_module(device, frames, raw=True, channel='xtdf', legacy=None,
 
 class RunWriter:
     def __init__(self, run_dir, format_version='1.3', chunksize=32, run_number=338,
-                 prefix='RAW', proposal=700000):
+                 prefix='RAW', proposal=700000, keep_data=True, block_bytes=256 << 20):
         self.run_dir = run_dir
+        self.keep_data = keep_data    # False: segments hold data=None (large runs; no expected)
+        self.block_bytes = block_bytes  # Key.make content is written in blocks of about this
         self.format_version = format_version
         self.chunksize = chunksize
         self.run_number = run_number
@@ -267,6 +272,10 @@ class RunWriter:
                     f.create_dataset(dpath, data=np.array(vals, dtype=object), dtype=vlen_bytes,
                                      maxshape=(None,))
                     data = np.array([v.decode() for v in vals[:nrows]], dtype=object)
+                elif k.make is not None:
+                    data = self._write_made(f, dpath, k, g, counts, row_tids, row_js, alloc)
+                    if src.section == 'CONTROL' and k.name.endswith('.value'):
+                        f[dpath].parent.attrs['description'] = f'{k.name[:-6]} of {src.name}'
                 else:
                     data = make_rows(src.name, k.name, k.dtype, k.entry_shape, row_tids, row_js)
                     full = np.concatenate([data, pad_rows(k.dtype, k.entry_shape, alloc - nrows)])
@@ -290,7 +299,7 @@ class RunWriter:
                         f[dpath].parent.attrs['description'] = f'{k.name[:-6]} of {src.name}'
                 self.segments.setdefault((src.name, k.name), []).append(dict(
                     file=path, train0=int(train_ids[0]) if N else None, first=0, rows=nrows,
-                    data=data, tids=row_tids, string=k.string, dtype=k.dtype,
+                    data=data if self.keep_data else None, tids=row_tids, string=k.string, dtype=k.dtype,
                     entry_shape=k.entry_shape, group=g.name))
         if src.section == 'CONTROL':
             for prop, (dt, v) in src.run_values.items():
@@ -304,6 +313,45 @@ class RunWriter:
         if src.legacy_name:
             f[f'INDEX/{src.legacy_name}'] = h5py.SoftLink(f'/INDEX/{src.name}')
             f[f'INSTRUMENT/{src.legacy_name}'] = h5py.SoftLink(f'/INSTRUMENT/{src.name}')
+
+    def _write_made(self, f, dpath, k, g, counts, row_tids, row_js, alloc):
+        """A key whose rows come from k.make: the dataset is created empty (same chunking and
+        padding rules as the other keys) and filled in blocks of whole trains, then padded."""
+        nrows = len(row_tids)
+        kw = {}
+        if k.chunks == 'frame' or alloc == 0:
+            kw['chunks'] = (1,) + k.entry_shape
+        else:
+            kw['chunks'] = (min(alloc, self.chunksize),) + k.entry_shape
+        if k.compression == 'gzip1':
+            kw.update(compression='gzip', compression_opts=1, shuffle=True)
+        maxshape = (None,) + k.entry_shape if (g.padded or alloc == 0) else (alloc,) + k.entry_shape
+        ds = f.create_dataset(dpath, shape=(alloc,) + k.entry_shape, dtype=k.dtype,
+                              maxshape=maxshape, **kw)
+        row_bytes = max(1, np.dtype(k.dtype).itemsize * int(np.prod(k.entry_shape)))
+        per_block = max(1, self.block_bytes // row_bytes)
+        kept = []
+        bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        i = 0
+        while i < len(counts):  # whole trains per block, at least one
+            j = i + 1
+            while j < len(counts) and bounds[j + 1] - bounds[i] <= per_block:
+                j += 1
+            r0, r1 = int(bounds[i]), int(bounds[j])
+            if r1 > r0:
+                rows = np.asarray(k.make(row_tids[r0:r1], row_js[r0:r1]), dtype=k.dtype)
+                rows = rows.reshape((r1 - r0,) + k.entry_shape)
+                ds[r0:r1] = rows
+                if self.keep_data:
+                    kept.append(rows)
+            i = j
+        if alloc > nrows:
+            ds[nrows:alloc] = pad_rows(k.dtype, k.entry_shape, alloc - nrows)
+        for an, av in k.attrs.items():
+            ds.attrs[an] = av
+        if not self.keep_data:
+            return None
+        return np.concatenate(kept) if kept else np.zeros((0,) + k.entry_shape, k.dtype)
 
     def _write_metadata(self, f, data_sources, name, seq):
         fv = self.format_version
