@@ -112,7 +112,20 @@ void apply_option(MountOptions& m, const std::string& item, const std::string& o
   auto flag = [&](bool& target) { target = has_value ? parse_bool(key, v) : true; };
   try {
     if (key == "rw") {
-      throw ConfigError("h5direct is read-only: option 'rw' is not supported (use 'ro' or nothing)");
+      m.vfs.writable = has_value ? parse_bool(key, v) : true;
+    } else if (key == "ro") {
+      m.vfs.writable = false;
+    } else if (key == "write_compression") {
+      need_value();
+      if (v != "none" && v != "gzip" && v != "deflate" && v != "blosc" && v != "lz4" && v != "zstd") {
+        throw ConfigError("option write_compression: '" + v + "' is not one of none, gzip, blosc, lz4, zstd");
+      }
+      m.writer.compression = v == "none" ? "" : v;
+    } else if (key == "write_level") {
+      need_value();
+      m.writer.level = static_cast<int>(parse_uint(key, v, 0, 22));
+    } else if (key == "write_existing") {
+      flag(m.writer.write_existing);
     } else if (kIgnored.count(key) || key.rfind("x-", 0) == 0 || key == "comment") {
       // accepted and ignored (mount(8)/fstab conventions; default_permissions is always on)
     } else if (key == "threads") {
@@ -180,7 +193,7 @@ void apply_config_json(MountOptions& m, const json& j, const std::string& origin
     std::string item;
     if (val.is_boolean()) {
       item = key + "=" + (val.get<bool>() ? "true" : "false");
-      if (kIgnored.count(key) || key == "rw") item = val.get<bool>() ? key : "";
+      if (kIgnored.count(key)) item = val.get<bool>() ? key : "";
     } else if (val.is_number_unsigned()) {
       item = key + "=" + std::to_string(val.get<uint64_t>());
     } else if (val.is_number_integer() && val.get<int64_t>() >= 0) {
@@ -260,8 +273,8 @@ MountOptions parse_command_line(const std::vector<std::string>& args) {
 std::string usage_text(const std::string& program) {
   return "usage: " + program + " SOURCE MOUNTPOINT [-f] [-o opt[,opt...]]\n"
 R"(
-Shows the HDF5 datasets under SOURCE (an HDF5 file or a directory) as read-only .npy, .raw and
-.json files under MOUNTPOINT.
+Shows the HDF5 datasets under SOURCE (an HDF5 file or a directory) as .npy, .raw and .json
+files under MOUNTPOINT (read-only unless -o rw).
 
   -f                   stay in the foreground until unmounted (fusermount3 -u MOUNTPOINT)
   -d                   foreground + debug
@@ -278,7 +291,12 @@ Shows the HDF5 datasets under SOURCE (an HDF5 file or a directory) as read-only 
   -o debug             log which path served each read
   -o allow_other, allow_root, auto_unmount, fsname=NAME, subtype=NAME
   -o config=FILE       a JSON object with the same keys; -o options override it
-  -o ro, dev, suid, nofail, _netdev, ...  accepted and ignored; rw is refused (read-only)
+  -o rw                writable mount (SOURCE a directory): mkdir NAME.h5 makes a new HDF5 file,
+                       NAME.npy (a .npy header) or NAME.json (a spec) in it a new dataset
+  -o write_compression=none|gzip|blosc|lz4|zstd  default for new datasets (default none:
+                       contiguous, written with pwrite); write_level=N its level
+  -o write_existing    rw: allow in-place writes to existing uncompressed contiguous datasets
+  -o ro, dev, suid, nofail, _netdev, ...  accepted (ro is the default) and ignored
 default_permissions is always on: the source files' owners and modes decide who may read.
 )";
 }

@@ -11,6 +11,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/engine.h"
+#include "core/writer.h"
 #include "fusefs/options.h"
 #include "vfs/options.h"
 
@@ -30,7 +31,8 @@ struct MountOptions {
   bool debug = false;       // -o debug: log which path served each read
   std::string config_file;  // -o config=FILE (already applied)
   EngineOptions engine;
-  vfs::VfsOptions vfs;
+  WriterOptions writer;     // -o write_compression=, write_level=, write_existing (with rw)
+  vfs::VfsOptions vfs;      // vfs.writable: -o rw
   fusefs::FuseOptions fuse;
 };
 

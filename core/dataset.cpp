@@ -97,19 +97,22 @@ void collect_runs(uint64_t addr, const Shape& shape, size_t itemsize, const Regi
 }
 
 // Turns runs into pool tasks of about `split` bytes each (large runs are cut).
-void plan_runs(Engine& engine, const std::string& path, const std::string& what, std::vector<Run>& runs,
-               ReadPlan& plan) {
+// `id` is the file the runs were computed from: a file changed since fails with ESTALE, checked
+// before and after the preads.
+void plan_runs(Engine& engine, const std::string& path, const FileIdentity& id, const std::string& what,
+               std::vector<Run>& runs, ReadPlan& plan) {
   const uint64_t split = std::max<uint64_t>(engine.options().contiguous_split, 64 * 1024);
   std::vector<Run> batch;
   uint64_t batch_bytes = 0;
   auto flush = [&] {
     if (batch.empty()) return;
-    plan.add([&engine, path, what, b = std::move(batch)] {
-      auto fd = engine.fds().get(path);
+    plan.add([&engine, path, id, what, b = std::move(batch)] {
+      auto fd = engine.fds().get(path, &id);
       for (const Run& r : b) {
         pread_exact(fd->fd(), r.dst, r.n, r.src, what);
         engine.stats().bytes_pread.fetch_add(r.n, std::memory_order_relaxed);
       }
+      FdCache::verify(path, id);
     });
     batch.clear();
     batch_bytes = 0;
@@ -133,8 +136,8 @@ void plan_runs(Engine& engine, const std::string& path, const std::string& what,
 
 class ContiguousArray final : public DatasetArray {
  public:
-  ContiguousArray(Engine& e, std::shared_ptr<const DatasetInfo> info, uint64_t addr)
-      : DatasetArray(e, std::move(info)), addr_(addr) {}
+  ContiguousArray(Engine& e, std::shared_ptr<const DatasetInfo> info, uint64_t addr, const FileIdentity& id)
+      : DatasetArray(e, std::move(info)), addr_(addr), file_id_(id) {}
 
   void plan(const Region& r, const DestView& dst, ReadPlan& plan) const override {
     if (r.empty()) return;
@@ -146,11 +149,12 @@ class ContiguousArray final : public DatasetArray {
     std::vector<Run> runs;
     collect_runs(addr_, shape(), dtype().itemsize, r, dst, runs);
     if (log::debug_enabled()) log::debug("read " + what_ + ": direct (contiguous)");
-    plan_runs(engine_, info_->file, what_, runs, plan);
+    plan_runs(engine_, info_->file, file_id_, what_, runs, plan);
   }
 
  private:
   uint64_t addr_;
+  FileIdentity file_id_;
 };
 
 class ChunkedArray final : public DatasetArray {
@@ -194,7 +198,7 @@ class ChunkedArray final : public DatasetArray {
                     d.base, d.strides);
       });
     });
-    if (!runs.empty()) plan_runs(engine_, info_->file, what_, runs, plan);
+    if (!runs.empty()) plan_runs(engine_, info_->file, st_.file_id, what_, runs, plan);
     if (log::debug_enabled()) log::debug("read " + what_ + ": direct (chunked, " + info_->chunk_index + ")");
   }
 
@@ -231,12 +235,13 @@ class ChunkedArray final : public DatasetArray {
     if (!ctx_) {
       auto ctx = std::make_unique<ChunkContext>();
       try {
-        auto fd = engine_.fds().get(info_->file);
+        auto fd = engine_.fds().get(info_->file, &st_.file_id);
         ctx->layout = fmt::read_layout(*fd, st_.geo, st_.ohdr_addr);
         Shape dims(info_->shape.begin(), info_->shape.begin() + ds_rank_);
         Shape maxdims(info_->maxshape.begin(), info_->maxshape.begin() + ds_rank_);
         const uint64_t h5_elem_size = chunk_bytes_ / std::max<uint64_t>(1, product(info_->chunks));
         ctx->map = fmt::read_chunk_map(*fd, st_.geo, ctx->layout, dims, maxdims, h5_elem_size, filtered_);
+        FdCache::verify(info_->file, st_.file_id);
       } catch (...) {
         rethrow_with_context(what_ + ": chunk index");
       }
@@ -317,10 +322,11 @@ class ChunkedArray final : public DatasetArray {
   ChunkBytes decode(const Shape& cc, const fmt::ChunkLoc& loc) const {
     try {
       if (loc.size > (uint64_t(1) << 34)) fail_data("stored chunk size " + std::to_string(loc.size) + " is implausible");
-      auto fd = engine_.fds().get(info_->file);
+      auto fd = engine_.fds().get(info_->file, &st_.file_id);
       thread_local std::vector<uint8_t> in;
       in.resize(loc.size);
       pread_exact(fd->fd(), in.data(), loc.size, loc.addr, info_->file);
+      FdCache::verify(info_->file, st_.file_id);
       engine_.stats().bytes_pread.fetch_add(loc.size, std::memory_order_relaxed);
       auto out = std::make_shared<std::vector<uint8_t>>();
       decode_chunk(info_->filters, loc.filter_mask, info_->dtype.itemsize, in, chunk_bytes_, *out);
@@ -350,7 +356,7 @@ ArrayPtr make_dataset_array(Engine& engine, std::shared_ptr<const DatasetInfo> i
   if (st.library_only) return make_library_array(engine, info, st, st.library_reason);
   if (info->layout == "contiguous") {
     if (st.external) return make_library_array(engine, info, st, "external raw storage");
-    return std::make_shared<ContiguousArray>(engine, info, st.contiguous_addr);
+    return std::make_shared<ContiguousArray>(engine, info, st.contiguous_addr, st.file_id);
   }
   if (info->layout == "chunked") {
     std::string why;

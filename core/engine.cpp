@@ -1,5 +1,6 @@
 #include "core/engine.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include "core/fd_cache.h"
 #include "core/h5file.h"
 #include "core/h5lib.h"
+#include "core/log.h"
 
 namespace h5d {
 
@@ -50,11 +52,22 @@ Engine::~Engine() {
 }
 
 std::shared_ptr<H5File> Engine::open_file(const std::string& path) {
+  // One stat: a file that changed on disk since its H5File was made gets a new one (metadata,
+  // chunk maps and decoded chunks are then read anew); arrays of the old one fail with ESTALE.
+  struct stat st;
+  const bool present = ::stat(path.c_str(), &st) == 0;
+  std::shared_ptr<H5File> stale;  // destroyed after files_mu_ is released (lock order)
   {
     std::lock_guard<std::mutex> lk(files_mu_);
     auto it = files_.find(path);
-    if (it != files_.end()) return it->second;
+    if (it != files_.end()) {
+      // A deleted file keeps its H5File: its reads fail with ESTALE.
+      if (!present || it->second->identity() == identity_of(st)) return it->second;
+      stale = std::move(it->second);
+      files_.erase(it);
+    }
   }
+  if (stale) log::info(path + ": changed on disk; its metadata is read again");
   auto f = std::make_shared<H5File>(*this, path);
   std::lock_guard<std::mutex> lk(files_mu_);
   auto [it, inserted] = files_.emplace(path, f);

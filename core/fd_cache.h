@@ -48,11 +48,19 @@ class OpenFd final : public fmt::ByteSource {
   FileIdentity id_;
 };
 
+// The identity of the file now at `path`. Throws Error(ENOENT/EACCES/EIO).
+FileIdentity current_identity(const std::string& path);
+
 class FdCache {
  public:
   explicit FdCache(unsigned max_open);
-  // Returns an open descriptor for path (opening it if needed). Throws Error(errno).
-  std::shared_ptr<const OpenFd> get(const std::string& path);
+  // Returns an open descriptor for the file now at path (one stat per call: a cached descriptor
+  // whose file was replaced is reopened). With `expect` (the identity the caller's metadata was
+  // read from), a file that changed or went away since throws Error(ESTALE). Else Error(errno).
+  std::shared_ptr<const OpenFd> get(const std::string& path, const FileIdentity* expect = nullptr);
+  // Error(ESTALE) when the file at path is no longer `expect`. Called after reading bytes, so
+  // that bytes read while the file was being rewritten are never served.
+  static void verify(const std::string& path, const FileIdentity& expect);
   // Forgets a path (file changed or deleted): the next get opens it anew.
   void forget(const std::string& path);
   size_t open_count() const;

@@ -114,7 +114,10 @@ std::string resolve_vds_source(const std::string& vds_file, const std::string& n
   return "";
 }
 
-H5File::H5File(Engine& engine, std::string path) : engine_(engine), path_(std::move(path)) {}
+H5File::H5File(Engine& engine, std::string path) : engine_(engine), path_(std::move(path)) {
+  struct stat st;
+  if (::stat(path_.c_str(), &st) == 0) identity_ = identity_of(st);
+}
 
 H5File::~H5File() {
   h5::Lock lk = h5::lock();
@@ -139,7 +142,9 @@ int64_t H5File::handle() {
     H5Fclose(static_cast<hid_t>(victim->fid_));
     victim->fid_ = -1;
   }
-  hid_t fid = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  // Metadata read from a handle opened on a newer file must never mix with what we hold.
+  if (identity_.ino != 0) FdCache::verify(path_, identity_);
+  hid_t fid = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);  // unlocked: see init_library
   if (fid < 0) {
     int code = exists(path_) ? (::access(path_.c_str(), R_OK) == 0 ? EIO : EACCES) : ENOENT;
     h5::fail_h5(code, path_ + ": cannot open as HDF5");
@@ -274,6 +279,7 @@ std::shared_ptr<const DatasetInfo> H5File::load_info(const std::string& dset_pat
   auto info = std::make_shared<DatasetInfo>();
   info->file = path_;
   info->path = dset_path;
+  st.file_id = identity_;
   const std::string what = path_ + ":" + dset_path;
 
   // A dataset reached through an external link lives in another file: describe it from there.
@@ -389,7 +395,10 @@ std::shared_ptr<const DatasetInfo> H5File::load_info(const std::string& dset_pat
     st.geo.sizeof_lengths = static_cast<uint8_t>(sl);
   }
   haddr_t off = H5Dget_offset(d.get());
-  st.storage_size = H5Dget_storage_size(d.get());
+  // Only where it is needed: for a chunked dataset libhdf5 walks the whole chunk index to
+  // answer, and a damaged index (a B-tree looping on itself) overflows its stack. Our own
+  // index reader (h5format) checks loops and bounds when the dataset is read.
+  if (info->layout == "contiguous") st.storage_size = H5Dget_storage_size(d.get());
   // With a user block, 1.10 adds the base address even to HADDR_UNDEF: trust the storage size.
   st.contiguous_addr = (off == HADDR_UNDEF || st.storage_size == 0) ? fmt::kUndefAddr : off;
   st.external = info->layout == "contiguous" && H5Pget_external_count(dcpl.get()) > 0;
@@ -450,7 +459,7 @@ std::shared_ptr<const DatasetInfo> H5File::load_info(const std::string& dset_pat
   // The chunk index type, from the layout message (one small read of the object header).
   if (info->is_array && info->layout == "chunked" && !st.library_only) {
     try {
-      auto fd = engine_.fds().get(path_);
+      auto fd = engine_.fds().get(path_, &identity_);
       auto layout = fmt::read_layout(*fd, st.geo, st.ohdr_addr);
       info->chunk_index = fmt::index_type_name(layout.index_type);
     } catch (const std::exception& e) {

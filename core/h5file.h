@@ -9,6 +9,7 @@
 
 #include "core/array.h"
 #include "core/dtype.h"
+#include "core/fd_cache.h"
 #include "core/filters/filters.h"
 #include "core/h5format/chunk_index.h"
 #include "core/value.h"
@@ -71,6 +72,7 @@ struct StorageInfo {
   bool external = false;       // external raw storage (H5Pget_external_count > 0)
   bool library_only = false;   // must read through libhdf5
   std::string library_reason;
+  FileIdentity file_id;        // the file this was read from; data reads check it (ESTALE)
 };
 
 class H5File : public std::enable_shared_from_this<H5File> {
@@ -83,6 +85,10 @@ class H5File : public std::enable_shared_from_this<H5File> {
 
   const std::string& path() const { return path_; }
   Engine& engine() const { return engine_; }
+  // The file (device, inode, size, mtime) this object's metadata comes from, taken when it was
+  // created: Engine::open_file replaces an H5File whose file changed, and data reads through
+  // its arrays fail with ESTALE once the file is no longer this one.
+  const FileIdentity& identity() const { return identity_; }
 
   // Members of a group, sorted by name; soft and external links followed, dangling ones left
   // out. Throws Error(ENOENT) when group_path is not a group.
@@ -109,6 +115,7 @@ class H5File : public std::enable_shared_from_this<H5File> {
 
   Engine& engine_;
   std::string path_;
+  FileIdentity identity_;  // zero when the file could not be stat'ed
   int64_t fid_ = -1;
   std::mutex mu_;  // guards infos_, arrays_, storage_; taken after the HDF5 lock, never before
   std::map<std::string, std::shared_ptr<const DatasetInfo>> infos_;

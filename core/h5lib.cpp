@@ -2,18 +2,33 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
+
 #include "core/error.h"
 
 namespace h5d::h5 {
 
 std::recursive_mutex& mutex() {
   static std::recursive_mutex mu;
+  // A thread-safe libhdf5 keeps the error-printing setting per thread: silence it on every
+  // thread that calls the library (errors reach the log once, through h5d::Error).
+  thread_local bool quiet = false;
+  if (!quiet) {
+    quiet = true;
+    std::lock_guard<std::recursive_mutex> lk(mu);
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
   return mu;
 }
 
 void init_library() {
   static std::once_flag once;
   std::call_once(once, [] {
+    // No HDF5 file locks: a reader must never keep a writer from opening a file it serves
+    // (runs are written while people read them); changes are detected by file identity
+    // (fd_cache.h). Process-wide, so that every open of a file in this process agrees (libhdf5
+    // refuses a second open with different locking). A value set by the user wins.
+    ::setenv("HDF5_USE_FILE_LOCKING", "FALSE", 0);
     Lock lk = lock();
     H5open();
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);

@@ -89,7 +89,8 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
       // Nothing appears under a mount: cache the negative answer as long as positive ones.
       fuse_entry_param e;
       std::memset(&e, 0, sizeof e);
-      e.entry_timeout = ctx(req).opts.entry_timeout;
+      // rw mounts: names appear (created by other processes); do not cache their absence.
+      e.entry_timeout = fs(req).writable() ? 0.0 : ctx(req).opts.entry_timeout;
       fuse_reply_entry(req, &e);
       return;
     }
@@ -137,12 +138,37 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
   });
 }
 
-void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-  delete reinterpret_cast<vfs::OpenFile*>(fi->fh);
+void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  auto* f = reinterpret_cast<vfs::OpenFile*>(fi->fh);
+  if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+    // The last close of a written file: what is pending reaches the file (errors are only logged:
+    // release cannot fail).
+    try {
+      fs(req).flush(*f, false);
+    } catch (...) {
+      std::string msg;
+      errno_of(std::current_exception(), &msg);
+      log::error("release (inode " + std::to_string(ino) + "): " + msg);
+    }
+  }
+  delete f;
   fuse_reply_err(req, 0);
 }
 
-void op_flush(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
+void op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  guarded(req, "flush", ino, [&] {
+    // fi->flags is not set for flush: read-only open files flush nothing (OpenFile's default).
+    fs(req).flush(*reinterpret_cast<vfs::OpenFile*>(fi->fh), false);
+    fuse_reply_err(req, 0);
+  });
+}
+
+void op_fsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info* fi) {
+  guarded(req, "fsync", ino, [&] {
+    fs(req).flush(*reinterpret_cast<vfs::OpenFile*>(fi->fh), true);
+    fuse_reply_err(req, 0);
+  });
+}
 
 struct DirHandle {
   std::vector<vfs::DirEntry> entries;  // ".", ".." and the listing
@@ -156,8 +182,8 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     h->entries.push_back({"..", 0, vfs::NodeKind::Directory});
     for (auto& e : fs(req).readdir(ino)) h->entries.push_back(std::move(e));
     fi->fh = reinterpret_cast<uint64_t>(h.get());
-    fi->keep_cache = 1;
-    fi->cache_readdir = 1;
+    fi->keep_cache = fs(req).writable() ? 0 : 1;  // rw: listings change
+    fi->cache_readdir = fi->keep_cache;
     if (fuse_reply_open(req, fi) == 0) h.release();
   });
 }
@@ -199,25 +225,73 @@ void op_statfs(fuse_req_t req, fuse_ino_t ino) {
     st.f_blocks = s.bytes / s.block_size;
     st.f_files = s.files;
     st.f_namemax = s.name_max;
-    st.f_flag = ST_RDONLY;
+    st.f_flag = ctx(req).vfs->writable() ? 0 : ST_RDONLY;
     fuse_reply_statfs(req, &st);
   });
 }
 
-// Everything that would change the tree: read-only.
-void erofs(fuse_req_t req) { fuse_reply_err(req, EROFS); }
-void op_setattr(fuse_req_t req, fuse_ino_t, struct stat*, int, fuse_file_info*) { erofs(req); }
+// Everything that would change the tree: read-only (on rw mounts: what cannot change, EPERM).
+void erofs(fuse_req_t req) { fuse_reply_err(req, fs(req).writable() ? EPERM : EROFS); }
 void op_mknod(fuse_req_t req, fuse_ino_t, const char*, mode_t, dev_t) { erofs(req); }
-void op_mkdir(fuse_req_t req, fuse_ino_t, const char*, mode_t) { erofs(req); }
 void op_unlink(fuse_req_t req, fuse_ino_t, const char*) { erofs(req); }
 void op_symlink(fuse_req_t req, const char*, fuse_ino_t, const char*) { erofs(req); }
 void op_rename(fuse_req_t req, fuse_ino_t, const char*, fuse_ino_t, const char*, unsigned) { erofs(req); }
 void op_link(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { erofs(req); }
-void op_write(fuse_req_t req, fuse_ino_t, const char*, size_t, off_t, fuse_file_info*) { erofs(req); }
-void op_create(fuse_req_t req, fuse_ino_t, const char*, mode_t, fuse_file_info*) { erofs(req); }
 void op_setxattr(fuse_req_t req, fuse_ino_t, const char*, const char*, size_t, int) { erofs(req); }
 void op_removexattr(fuse_req_t req, fuse_ino_t, const char*) { erofs(req); }
 void op_fallocate(fuse_req_t req, fuse_ino_t, int, off_t, off_t, fuse_file_info*) { erofs(req); }
+
+fuse_entry_param entry_of(fuse_req_t req, const vfs::Attr& a) {
+  fuse_entry_param e;
+  std::memset(&e, 0, sizeof e);
+  e.ino = a.ino;
+  e.generation = 1;
+  e.attr = to_stat(a);
+  e.attr_timeout = attr_timeout(req, a);
+  e.entry_timeout = ctx(req).opts.entry_timeout;
+  return e;
+}
+
+// rw mounts (vfs/writable.h): each handler calls the Vfs, which refuses with EROFS when read-only.
+void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
+  guarded(req, "setattr", ino, [&] {
+    if (!fs(req).writable()) fail(EROFS, "read-only filesystem");
+    // Only the size can change; times and modes are accepted and ignored (touch, cp -p).
+    const vfs::Attr a = (to_set & FUSE_SET_ATTR_SIZE)
+                            ? fs(req).truncate(ino, static_cast<uint64_t>(attr->st_size))
+                            : fs(req).getattr(ino);
+    const struct stat st = to_stat(a);
+    fuse_reply_attr(req, &st, attr_timeout(req, a));
+  });
+}
+
+void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  guarded(req, "mkdir", parent, [&] {
+    const fuse_ctx* c = fuse_req_ctx(req);
+    const fuse_entry_param e = entry_of(req, fs(req).mkdir(parent, name, mode, c->uid, c->gid));
+    fuse_reply_entry(req, &e);
+  });
+}
+
+void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  guarded(req, "create", parent, [&] {
+    const fuse_ctx* c = fuse_req_ctx(req);
+    auto [attr, f] = fs(req).create(parent, name, mode, c->uid, c->gid);
+    const fuse_entry_param e = entry_of(req, attr);
+    fi->direct_io = 0;  // mmap must work (numpy memmap)
+    fi->keep_cache = f->keep_cache;
+    fi->fh = reinterpret_cast<uint64_t>(f.get());
+    if (fuse_reply_create(req, &e, fi) == 0) f.release();
+  });
+}
+
+void op_write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
+              fuse_file_info* fi) {
+  guarded(req, "write", ino, [&] {
+    auto* f = reinterpret_cast<vfs::OpenFile*>(fi->fh);
+    fuse_reply_write(req, fs(req).write(*f, static_cast<uint64_t>(off), size, buf));
+  });
+}
 
 fuse_lowlevel_ops make_ops() {
   fuse_lowlevel_ops o;
@@ -232,6 +306,7 @@ fuse_lowlevel_ops make_ops() {
   o.read = op_read;
   o.release = op_release;
   o.flush = op_flush;
+  o.fsync = op_fsync;
   o.opendir = op_opendir;
   o.readdir = op_readdir;
   o.releasedir = op_releasedir;

@@ -23,6 +23,7 @@
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/writer.h"
 #include "fusefs/adapter.h"
 #include "vfs/providers.h"
 #include "vfs/tree.h"
@@ -106,6 +107,9 @@ std::string check_paths(config::MountOptions& m) {
   }
   if (!S_ISDIR(st.st_mode)) {
     if (!S_ISREG(st.st_mode)) return "source " + m.source + " is neither a file nor a directory";
+    if (m.vfs.writable) {
+      return "-o rw needs a directory as SOURCE (new HDF5 files are created in it): " + m.source;
+    }
     if (::access(m.source.c_str(), R_OK) != 0) return "source " + m.source + ": " + std::strerror(errno);
     if (!vfs::is_hdf5_file(m.source)) {
       return "source " + m.source + " is not an HDF5 file (no HDF5 signature) nor a directory";
@@ -149,7 +153,7 @@ int run_mount(int argc, char** argv) {
   if (std::string err = check_paths(m); !err.empty()) return die("error: " + err);
   log::set_debug(m.debug);
 
-  std::string mount_opts = "ro,default_permissions,fsname=" +
+  std::string mount_opts = std::string(m.vfs.writable ? "rw" : "ro") + ",default_permissions,fsname=" +
                            escape_opt(m.fuse.fsname.empty() ? m.source : m.fuse.fsname) +
                            ",subtype=" + escape_opt(m.fuse.subtype);
   if (m.fuse.allow_other) mount_opts += ",allow_other";
@@ -193,11 +197,16 @@ int run_mount(int argc, char** argv) {
     sigaddset(&block, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &block, &old);
     std::unique_ptr<Engine> engine;
+    std::unique_ptr<Writer> writer;  // rw mounts; destroyed after the Vfs, before the engine
     std::unique_ptr<vfs::Vfs> fs;
     try {
       engine = std::make_unique<Engine>(m.engine);
       fs = std::make_unique<vfs::Vfs>(*engine, m.vfs, m.source);
       vfs::install_builtin_providers(*fs, m.vfs);
+      if (m.vfs.writable) {
+        writer = std::make_unique<Writer>(*engine, m.writer);
+        fs->set_writer(writer.get());
+      }
     } catch (const std::exception& e) {
       log::error(std::string("cannot start: ") + e.what());
       status = 1;
@@ -230,6 +239,15 @@ int run_mount(int argc, char** argv) {
       fuse_loop_cfg_destroy(cfg);
       loop_done = true;
       if (ra.joinable()) ra.join();
+    }
+    // Unmount: everything pending reaches the files, which are closed (H5Fflush, H5Fclose).
+    if (writer) {
+      try {
+        writer->close_all();
+      } catch (const std::exception& e) {
+        log::error(std::string("flushing written files: ") + e.what());
+        status = 1;
+      }
     }
     fuse_session_unmount(se.get());
     fuse_remove_signal_handlers(se.get());

@@ -2,6 +2,7 @@
 // bytes, read through Engine::read_bytes, with per-open-file sequential prefetch.
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 
 #include "core/engine.h"
 #include "core/error.h"
@@ -9,6 +10,7 @@
 #include "vfs/npy.h"
 #include "vfs/prefetch.h"
 #include "vfs/tree.h"
+#include "vfs/writable.h"
 
 namespace h5d::vfs {
 namespace {
@@ -22,12 +24,20 @@ class ArrayFileNode final : public FileNode {
   }
   uint64_t size() const override { return header_.size() + data_size_; }
   std::unique_ptr<OpenFile> open() override;
+  // rw mounts with -o write_existing: in-place writes (vfs/writable.h, Writer::open_existing).
+  std::unique_ptr<OpenFile> open_write(int) override {
+    if (!ctx_.writer || spec_.file.empty()) fail(EROFS, spec_.what + ": read-only");
+    return make_inplace_open_file(header_, ctx_.writer->open_existing(spec_.file, spec_.dset));
+  }
 
   const TreeContext& ctx_;
   const ArrayFormat format_;
   const ArraySpec spec_;
   std::string header_;
   uint64_t data_size_ = 0;
+  std::mutex open_mu_;  // guards last_, opened_
+  std::weak_ptr<const Array> last_;  // the array the previous open read from
+  bool opened_ = false;
 };
 
 class ArrayOpenFile final : public OpenFile {
@@ -90,11 +100,23 @@ std::unique_ptr<OpenFile> ArrayFileNode::open() {
     a = spec_.loader();
     if (!a) fail(EIO, spec_.what + ": no array");
     if (a->nbytes() != data_size_) {
-      fail(EIO, spec_.what + ": array size changed since it was listed (" +
-                    std::to_string(a->nbytes()) + " bytes, listed " + std::to_string(data_size_) + ")");
+      fail(ESTALE, spec_.what + ": array size changed since it was listed (" +
+                    std::to_string(a->nbytes()) + " bytes, listed " + std::to_string(data_size_) +
+                    "); remount to see the new shape");
     }
   }
-  return std::make_unique<ArrayOpenFile>(*this, std::move(a));
+  // A different array than at the previous open means the source file changed and its metadata
+  // was read again: the kernel must drop the pages it cached from the old contents.
+  bool changed = false;
+  {
+    std::lock_guard<std::mutex> lk(open_mu_);
+    changed = opened_ && last_.lock() != a;
+    opened_ = true;
+    last_ = a;
+  }
+  auto f = std::make_unique<ArrayOpenFile>(*this, std::move(a));
+  if (changed) f->keep_cache = false;
+  return f;
 }
 
 }  // namespace

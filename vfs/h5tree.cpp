@@ -170,6 +170,13 @@ std::unique_ptr<DirProvider> make_hdf5_file_provider(const TreeContext& ctx, con
 }
 
 NodePtr make_source_dir_node(const TreeContext& ctx, const std::string& path, const struct stat& st) {
+  if (ctx.writer) {  // rw mount: who may create files in the directory may mkdir NAME.h5 there
+    NodeMeta m = dir_meta(st);
+    m.perm |= st.st_mode & 0222;
+    auto n = std::make_shared<DirNode>(m, make_source_dir_provider(ctx, path, st));
+    n->set_write_target({WriteTarget::SourceDir, path, ""});
+    return n;
+  }
   return std::make_shared<DirNode>(dir_meta(st), make_source_dir_provider(ctx, path, st));
 }
 
@@ -211,6 +218,8 @@ void add_dataset_files(const TreeContext& ctx, std::vector<ChildEntry>& out, H5F
     spec.loader = [engine, fpath, dset_path] {
       return engine->open_file(fpath)->dataset_array(dset_path);
     };
+    spec.file = fpath;
+    spec.dset = dset_path;
     npy_offset = npy_header(info->dtype, info->shape).size();
     out.push_back({name + ".npy", make_array_file(ctx, ArrayFormat::Npy, spec, meta)});
     out.push_back({name + ".raw", make_array_file(ctx, ArrayFormat::Raw, std::move(spec), meta)});

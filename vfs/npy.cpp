@@ -1,6 +1,10 @@
 #include "vfs/npy.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdint>
+
+#include "core/error.h"
 
 namespace h5d::vfs {
 namespace {
@@ -53,6 +57,74 @@ std::string npy_header(const DType& dtype, const Shape& shape) {
   const size_t hlen = dict.size() + 1;
   const size_t padlen = kAlign - ((kMagicLen + 2 + hlen) % kAlign);
   return wrap(dict, hlen + padlen <= 0xffff ? 1 : 2);
+}
+
+size_t npy_header_length(const std::string& p) {
+  static const char kMagic[] = "\x93NUMPY";
+  const size_t known = std::min<size_t>(p.size(), 6);
+  if (p.compare(0, known, kMagic, known) != 0) fail(EINVAL, "not a .npy header (bad magic)");
+  if (p.size() < 12) return 0;
+  const int major = static_cast<unsigned char>(p[6]);
+  auto b = [&](size_t i) { return static_cast<uint64_t>(static_cast<unsigned char>(p[i])); };
+  if (major == 1) return 10 + (b(8) | b(9) << 8);
+  if (major == 2 || major == 3) return 12 + (b(8) | b(9) << 8 | b(10) << 16 | b(11) << 24);
+  fail(EINVAL, "unsupported .npy version " + std::to_string(major));
+}
+
+NpyHeader parse_npy_header(const std::string& bytes) {
+  NpyHeader h;
+  h.header_len = npy_header_length(bytes);
+  if (h.header_len == 0 || bytes.size() < h.header_len) fail(EINVAL, "incomplete .npy header");
+  const size_t start = static_cast<unsigned char>(bytes[6]) == 1 ? 10 : 12;
+  const std::string d = bytes.substr(start, h.header_len - start);
+  auto value_of = [&](const std::string& key) -> size_t {
+    for (const char* q : {"'", "\""}) {
+      const std::string k = q + key + q;
+      const size_t at = d.find(k);
+      if (at == std::string::npos) continue;
+      size_t i = d.find(':', at + k.size());
+      if (i == std::string::npos) break;
+      ++i;
+      while (i < d.size() && std::isspace(static_cast<unsigned char>(d[i]))) ++i;
+      return i;
+    }
+    fail(EINVAL, ".npy header without '" + key + "'");
+  };
+  size_t i = value_of("descr");
+  if (i >= d.size() || (d[i] != '\'' && d[i] != '"')) {
+    fail(EINVAL, ".npy header: structured dtypes cannot be written (only scalar types)");
+  }
+  const size_t e = d.find(d[i], i + 1);
+  if (e == std::string::npos) fail(EINVAL, ".npy header: bad descr");
+  h.descr = d.substr(i + 1, e - i - 1);
+  i = value_of("fortran_order");
+  if (d.compare(i, 4, "True") == 0) h.fortran_order = true;
+  else if (d.compare(i, 5, "False") != 0) fail(EINVAL, ".npy header: bad fortran_order");
+  if (h.fortran_order) fail(EINVAL, ".npy header: Fortran-order arrays cannot be written (C order only)");
+  i = value_of("shape");
+  if (i >= d.size() || d[i] != '(') fail(EINVAL, ".npy header: bad shape");
+  const size_t close = d.find(')', i);
+  if (close == std::string::npos) fail(EINVAL, ".npy header: bad shape");
+  std::string num;
+  for (size_t k = i + 1; k <= close; ++k) {
+    const char c = d[k];
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      num += c;
+    } else if (c == ',' || c == ')') {
+      if (!num.empty()) {
+        if (num.size() > 18) fail(EINVAL, ".npy header: shape too large");
+        h.shape.push_back(std::stoull(num));
+      } else if (c == ',') {
+        fail(EINVAL, ".npy header: bad shape");
+      }
+      num.clear();
+    } else if (c == 'L') {
+      // Python 2 longs
+    } else if (!std::isspace(static_cast<unsigned char>(c))) {
+      fail(EINVAL, ".npy header: bad shape");
+    }
+  }
+  return h;
 }
 
 }  // namespace h5d::vfs

@@ -18,4 +18,18 @@ std::string py_shape(const Shape& shape);
 // Complete header (magic to newline); its size is the data offset (a multiple of 64).
 std::string npy_header(const DType& dtype, const Shape& shape);
 
+// ---- Reading a header being written (rw mounts) ------------------------------------------------
+struct NpyHeader {
+  std::string descr;  // a scalar typestr ("<f4")
+  bool fortran_order = false;
+  Shape shape;
+  size_t header_len = 0;  // magic to newline: where the data start
+};
+// The header length from the bytes known so far; 0 when fewer than 12 are known. Error(EINVAL)
+// when the bytes are not the start of a .npy header.
+size_t npy_header_length(const std::string& prefix);
+// Parses a complete header (at least npy_header_length bytes). Error(EINVAL) for malformed
+// headers and for what cannot become an HDF5 dataset here (structured dtypes, Fortran order).
+NpyHeader parse_npy_header(const std::string& bytes);
+
 }  // namespace h5d::vfs

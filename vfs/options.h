@@ -19,6 +19,8 @@ struct VfsOptions {
   uint64_t prefetch_seek_tolerance = 1ull << 20;
   // Non-array datasets whose value has at most this many elements show it in their .json.
   uint64_t small_value_elements = 1000;
+  // -o rw: new HDF5 files, groups and datasets can be created and written (vfs/writable.*).
+  bool writable = false;
 };
 
 }  // namespace h5d::vfs

@@ -91,6 +91,33 @@ NodePtr DirNode::find(InodeTable& table, const std::string& name) {
   return it == l->index.end() ? nullptr : l->entries[it->second].node;
 }
 
+void DirNode::add_child(InodeTable& table, const std::string& name, NodePtr node) {
+  if (!valid_name(name)) fail(EINVAL, "invalid name '" + name + "'");
+  listing(table);
+  std::lock_guard<std::mutex> list_lk(list_mu_);  // one change at a time
+  std::shared_ptr<const Listing> old;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    old = listing_;
+  }
+  if (old->index.count(name)) fail(EEXIST, "'" + name + "' exists");
+  auto l = std::make_shared<Listing>();
+  l->entries = old->entries;
+  auto pos = std::lower_bound(l->entries.begin(), l->entries.end(), name,
+                              [](const ChildEntry& e, const std::string& n) { return e.name < n; });
+  l->entries.insert(pos, ChildEntry{name, node});
+  for (size_t i = 0; i < l->entries.size(); ++i) l->index[l->entries[i].name] = i;
+  table.add(node);
+  std::lock_guard<std::mutex> lk(mu_);
+  listing_ = std::move(l);
+}
+
+// ---- Writes (defaults: read-only) --------------------------------------------------------------
+
+size_t OpenFile::write(uint64_t, size_t, const char*) { fail(EBADF, "not open for writing"); }
+std::unique_ptr<OpenFile> FileNode::open_write(int) { fail(EROFS, "this file is read-only"); }
+void FileNode::truncate(uint64_t) { fail(EROFS, "this file is read-only"); }
+
 // ---- InodeTable -------------------------------------------------------------------------------
 
 InodeTable::InodeTable(NodePtr root) { add(root); }

@@ -34,9 +34,12 @@ struct stat;
 namespace h5d {
 class Engine;
 class H5File;
+class Writer;
 }  // namespace h5d
 
 namespace h5d::vfs {
+
+struct ArraySpec;
 
 enum class NodeKind { Directory, File, Symlink };
 
@@ -87,6 +90,11 @@ class OpenFile {
   virtual size_t read(uint64_t off, size_t size, char* buf) = 0;
   bool direct_io = false;  // only for files whose content changes (stats.json)
   bool keep_cache = true;  // files never change under a mount
+  // Writable open files (rw mounts, vfs/writable.cpp). Defaults: Error(EBADF) / nothing to do.
+  // write() returns the count written (always `size`); flush() runs on close (FUSE flush and
+  // release) and fsync (durable: data reach the disk).
+  virtual size_t write(uint64_t off, size_t size, const char* buf);
+  virtual void flush(bool durable) { (void)durable; }
 };
 
 class FileNode : public Node {
@@ -95,6 +103,12 @@ class FileNode : public Node {
   virtual std::unique_ptr<OpenFile> open() = 0;
   // True when size and content change over time (attributes must not be cached).
   virtual bool is_volatile() const { return false; }
+  // Opening for writing (rw mounts): Error(EROFS) unless the node is writable.
+  virtual std::unique_ptr<OpenFile> open_write(int flags);
+  // truncate(2)/ftruncate(2): Error(EROFS) unless the node is writable.
+  virtual void truncate(uint64_t size);
+  // The array behind NAME.npy / NAME.raw of an existing dataset (nullptr for other files).
+  virtual const ArraySpec* array_spec() const { return nullptr; }
 };
 
 class SymlinkNode final : public Node {
@@ -125,6 +139,13 @@ class DirProvider {
 
 class InodeTable;
 
+// Where new entries of a directory go on a rw mount (vfs/writable.cpp).
+struct WriteTarget {
+  enum Kind { None, SourceDir, NewGroup } kind = None;
+  std::string path;   // SourceDir: the real directory; NewGroup: the HDF5 file
+  std::string group;  // NewGroup: the group inside the file ("/" for the root)
+};
+
 class DirNode final : public Node {
  public:
   DirNode(NodeMeta meta, std::unique_ptr<DirProvider> provider)
@@ -138,12 +159,19 @@ class DirNode final : public Node {
   std::shared_ptr<const Listing> listing(InodeTable& table);
   // nullptr when there is no such child.
   NodePtr find(InodeTable& table, const std::string& name);
+  // Adds a child after the listing (rw mounts: created entries). Error(EEXIST) when taken.
+  void add_child(InodeTable& table, const std::string& name, NodePtr node);
+
+  // Set once, before the node is shared.
+  void set_write_target(WriteTarget t) { target_ = std::move(t); }
+  const WriteTarget& write_target() const { return target_; }
 
  private:
   std::mutex list_mu_;  // serialises the first listing; taken before mu_
   std::mutex mu_;       // guards listing_
   std::unique_ptr<DirProvider> provider_;  // guarded by list_mu_
   std::shared_ptr<const Listing> listing_;
+  WriteTarget target_;
 };
 
 // Inode numbers: the root is 1 (FUSE_ROOT_ID); every other node gets the next number when it is
@@ -180,6 +208,7 @@ struct TreeContext {
   Engine& engine;
   VfsOptions opts;
   std::vector<ProviderFactory> factories;  // set up before the first access, then read-only
+  Writer* writer = nullptr;  // rw mounts only (set before the first access)
 };
 
 // ---- Building blocks for providers (vfs/h5tree.cpp, vfs/nodes.cpp) ------------------------------
@@ -229,6 +258,7 @@ struct ArraySpec {
   std::string what;       // for logs: "file.h5:/path"
   std::string read_path;  // "direct" or "library: <why>", logged per read with -o debug
   ArrayLoader loader;
+  std::string file, dset;  // the HDF5 file and dataset when the array is one dataset (writes)
 };
 NodePtr make_array_file(const TreeContext& ctx, ArrayFormat format, ArraySpec spec,
                         const NodeMeta& meta);

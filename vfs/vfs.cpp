@@ -13,6 +13,8 @@
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/writer.h"
+#include "vfs/writable.h"
 
 namespace h5d::vfs {
 namespace {
@@ -64,6 +66,7 @@ Vfs::Vfs(Engine& engine, VfsOptions opts, const std::string& source) : engine_(e
   NodeMeta root_meta;
   if (S_ISDIR(st.st_mode)) {
     root_meta = dir_meta(st);
+    if (opts.writable) root_meta.perm |= st.st_mode & 0222;  // rw: mkdir NAME.h5 at the root
   } else if (S_ISREG(st.st_mode)) {
     if (!is_hdf5_file(source_)) {
       fail(EINVAL, "source " + source + " is not an HDF5 file (no HDF5 signature) nor a directory");
@@ -140,11 +143,71 @@ std::vector<DirEntry> Vfs::readdir(uint64_t ino) {
 
 std::unique_ptr<OpenFile> Vfs::open(uint64_t ino, int flags) {
   NodePtr n = node(ino);
-  if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC)) fail(EROFS, "read-only filesystem");
+  const bool for_write = (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
+  if (for_write && !writable()) fail(EROFS, "read-only filesystem");
   if (n->kind() == NodeKind::Directory) fail(EISDIR, "is a directory");
   if (n->kind() != NodeKind::File) fail(EINVAL, "not a regular file");
   opens_.fetch_add(1, std::memory_order_relaxed);
+  if (for_write) return static_cast<FileNode&>(*n).open_write(flags);
   return static_cast<FileNode&>(*n).open();
+}
+
+void Vfs::set_writer(Writer* writer) {
+  ctx_->writer = writer;
+  ctx_->opts.writable = writer != nullptr;
+  NodePtr root = table_->get(kRootIno);
+  struct stat st;
+  if (writer && ::stat(source_.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    static_cast<DirNode&>(*root).set_write_target({WriteTarget::SourceDir, source_, ""});
+  }
+}
+
+namespace {
+NodeMeta new_meta(mode_t mode, uid_t uid, gid_t gid) {
+  NodeMeta m;
+  m.uid = uid;
+  m.gid = gid;
+  m.perm = mode & 07777;
+  timespec now;
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  m.mtime = m.ctime = now;
+  return m;
+}
+}  // namespace
+
+Attr Vfs::mkdir(uint64_t parent, const std::string& name, mode_t mode, uid_t uid, gid_t gid) {
+  if (!writable()) fail(EROFS, "read-only filesystem");
+  NodePtr p = node(parent);
+  if (p->kind() != NodeKind::Directory) fail(ENOTDIR, "mkdir in a non-directory");
+  NodePtr n = make_directory(*ctx_, *table_, static_cast<DirNode&>(*p), name, new_meta(mode, uid, gid));
+  return attr_of(*n);
+}
+
+std::pair<Attr, std::unique_ptr<OpenFile>> Vfs::create(uint64_t parent, const std::string& name,
+                                                       mode_t mode, uid_t uid, gid_t gid) {
+  if (!writable()) fail(EROFS, "read-only filesystem");
+  NodePtr p = node(parent);
+  if (p->kind() != NodeKind::Directory) fail(ENOTDIR, "create in a non-directory");
+  auto r = create_file(*ctx_, *table_, std::static_pointer_cast<DirNode>(p), name,
+                       new_meta(mode & 0777, uid, gid));
+  opens_.fetch_add(1, std::memory_order_relaxed);
+  return {attr_of(*r.first), std::move(r.second)};
+}
+
+size_t Vfs::write(OpenFile& file, uint64_t off, size_t size, const char* buf) {
+  if (!writable()) fail(EROFS, "read-only filesystem");
+  return file.write(off, size, buf);
+}
+
+void Vfs::flush(OpenFile& file, bool durable) { file.flush(durable); }
+
+Attr Vfs::truncate(uint64_t ino, uint64_t size) {
+  if (!writable()) fail(EROFS, "read-only filesystem");
+  NodePtr n = node(ino);
+  if (n->kind() == NodeKind::Directory) fail(EISDIR, "is a directory");
+  if (n->kind() != NodeKind::File) fail(EINVAL, "not a regular file");
+  static_cast<FileNode&>(*n).truncate(size);
+  return attr_of(*n);
 }
 
 size_t Vfs::read(OpenFile& file, uint64_t off, size_t size, char* buf) {

@@ -17,6 +17,7 @@
 
 namespace h5d {
 class Engine;
+class Writer;
 }
 
 namespace h5d::vfs {
@@ -65,9 +66,23 @@ class Vfs {
   Attr getattr(uint64_t ino);
   Attr lookup(uint64_t parent, const std::string& name);  // Error(ENOENT) when missing
   std::vector<DirEntry> readdir(uint64_t ino);
-  // flags as open(2): anything but O_RDONLY gives Error(EROFS); directories give EISDIR.
+  // flags as open(2): anything but O_RDONLY gives Error(EROFS) (on rw mounts: files that cannot
+  // be written give EROFS or EPERM); directories give EISDIR.
   std::unique_ptr<OpenFile> open(uint64_t ino, int flags);
   size_t read(OpenFile& file, uint64_t off, size_t size, char* buf);
+
+  // ---- rw mounts (vfs/writable.h); all give Error(EROFS) on read-only mounts ----
+  // Makes the mount writable: call before the first access. The writer outlives the Vfs.
+  void set_writer(Writer* writer);
+  bool writable() const { return ctx_->writer != nullptr; }
+  Attr mkdir(uint64_t parent, const std::string& name, mode_t mode, uid_t uid, gid_t gid);
+  std::pair<Attr, std::unique_ptr<OpenFile>> create(uint64_t parent, const std::string& name,
+                                                    mode_t mode, uid_t uid, gid_t gid);
+  size_t write(OpenFile& file, uint64_t off, size_t size, const char* buf);
+  // Close (flush, release) and fsync (durable) of an open file.
+  void flush(OpenFile& file, bool durable);
+  // truncate(2) to `size`; returns the new attributes.
+  Attr truncate(uint64_t ino, uint64_t size);
   std::string readlink(uint64_t ino);
   FsStats statfs();
 

@@ -222,7 +222,7 @@ def test_bad_arguments_fail_before_mounting(srcdir):
         ([osp.join(srcdir, 'notes.txt'), mnt], 'not an HDF5 file'),
         ([srcdir, osp.join(mnt, 'missing')], 'mount point'),
         ([srcdir, osp.join(srcdir, 'notes.txt')], 'not a directory'),
-        ([srcdir, mnt, '-o', 'rw'], 'read-only'),
+        ([osp.join(srcdir, 'two.h5'), mnt, '-o', 'rw'], 'needs a directory'),
         ([srcdir, mnt, '-o', 'bogus'], "unknown option 'bogus'"),
         ([srcdir, mnt, '-o', 'cache_size=huge'], 'cache_size'),
         ([srcdir], 'missing'),
@@ -337,3 +337,114 @@ def test_concurrent_readers(mount):
         t.join(120)
     assert not errors
     assert open(path, 'rb').read() == expected
+
+
+def _throwaway_user():
+    """uid, gid of the user h5dtest (created without a home if absent)."""
+    import pwd
+    try:
+        pw = pwd.getpwnam('h5dtest')
+    except KeyError:
+        subprocess.run(['useradd', '-M', '-U', 'h5dtest'], check=True, capture_output=True, timeout=30)
+        pw = pwd.getpwnam('h5dtest')
+    return pw.pw_uid, pw.pw_gid
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason='needs root to create and switch users')
+def test_permissions_owner_group_other_with_allow_other(srcdir, mount):
+    """With allow_other: the source's owner, group and mode decide who reads (a group member
+    reads a 0640 file, others get EACCES), a directory without x for others cannot be entered,
+    and nobody can write (EROFS or EACCES, never a write)."""
+    uid, gid = _throwaway_user()
+    two = osp.join(srcdir, 'two.h5')
+    one = osp.join(srcdir, 'sub', 'one.h5')
+    os.chown(two, 0, gid)
+    os.chmod(two, 0o640)
+    os.chmod(one, 0o644)
+    os.chmod(osp.join(srcdir, 'sub'), 0o750)  # group root: h5dtest may not enter
+    os.chmod(srcdir, 0o755)
+    m = mount(srcdir, 'allow_other')
+    st = os.stat(m.path('two.h5', 'x.raw'))
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (0, gid, 0o440)
+
+    def as_user(u, g, *cmd, groups='--init-groups'):
+        ids = [f'--reuid={u}', f'--regid={g}', groups] if groups == '--clear-groups' else \
+              [f'--reuid={u}', f'--regid={g}', f'--groups={g}']
+        return subprocess.run(['setpriv'] + ids + list(cmd), capture_output=True, timeout=20)
+    x = np.arange(12, dtype='<u2').tobytes()
+    r = as_user(uid, gid, 'cat', m.path('two.h5', 'x.raw'))           # group member: reads
+    assert r.returncode == 0 and r.stdout == x, r.stderr
+    r = as_user(65534, 65534, 'cat', m.path('two.h5', 'x.raw'), groups='--clear-groups')
+    assert r.returncode != 0 and b'Permission denied' in r.stderr      # other: EACCES
+    r = as_user(uid, gid, 'ls', m.path('sub'))                          # dir 0550 root:root
+    assert r.returncode != 0 and b'Permission denied' in r.stderr
+    r = as_user(uid, gid, 'sh', '-c', f'echo x > {m.path("two.h5", "x.raw")}')
+    assert r.returncode != 0
+    assert b'Read-only file system' in r.stderr or b'Permission denied' in r.stderr
+    r = as_user(uid, gid, 'touch', m.path('two.h5', 'new'))
+    assert r.returncode != 0
+    # root (the mounting user) reads everything, writes nothing
+    assert open(m.path('sub', 'one.h5', 'x.raw'), 'rb').read() == x
+    with pytest.raises(OSError) as e:
+        open(m.path('two.h5', 'x.raw'), 'r+b')
+    assert e.value.errno == errno.EROFS
+
+
+def _wait_unmounted(mnt, seconds=15):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        if not osp.ismount(mnt):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_auto_unmount_after_kill_9(srcdir):
+    """-o auto_unmount: when the daemon is killed (SIGKILL, no cleanup), the mount point is
+    released by fusermount3's watcher."""
+    mnt = tl.make_tmpdir('mnt-auto-')
+    m = tl.Mount(srcdir, 'auto_unmount', mnt=mnt)
+    try:
+        assert 'two.h5' in os.listdir(mnt)
+        m.proc.kill()
+        m.proc.wait(10)
+        if not _wait_unmounted(mnt, 30):
+            helpers = subprocess.run(['ps', '-eo', 'pid,ppid,stat,cmd'], capture_output=True,
+                                     text=True).stdout
+            mounts = [ln for ln in open('/proc/mounts') if mnt in ln]
+            raise AssertionError('auto_unmount did not release the mount point: '
+                                 f'{mounts} {[h for h in helpers.splitlines() if "fusermount" in h]}')
+        assert os.listdir(mnt) == []
+    finally:
+        m.close()
+
+
+def test_crashed_daemon_recovery(srcdir):
+    """Without auto_unmount, a killed daemon leaves a dead mount (ENOTCONN); the recovery that
+    docs/usage.md gives (fusermount3 -u -z MNT) releases it and a new mount works."""
+    mnt = tl.make_tmpdir('mnt-crash-')
+    m = tl.Mount(srcdir, mnt=mnt)
+    try:
+        fd = os.open(osp.join(mnt, 'two.h5', 'x.raw'), os.O_RDONLY)
+        m.proc.kill()
+        m.proc.wait(10)
+        with pytest.raises(OSError) as e:
+            os.listdir(mnt)
+        assert e.value.errno == errno.ENOTCONN
+        with pytest.raises(OSError):
+            os.pread(fd, 24, 0)
+        try:
+            os.close(fd)  # the descriptor is released; flush reports ENOTCONN
+        except OSError as e:
+            assert e.errno == errno.ENOTCONN
+        r = subprocess.run(['fusermount3', '-u', '-z', mnt], capture_output=True, timeout=20)
+        assert r.returncode == 0, r.stderr
+        assert _wait_unmounted(mnt)
+        m2 = tl.Mount(srcdir, mnt=mnt)
+        try:
+            assert open(osp.join(mnt, 'two.h5', 'x.raw'), 'rb').read() == \
+                np.arange(12, dtype='<u2').tobytes()
+        finally:
+            m2.close()
+    finally:
+        m.close()

@@ -83,7 +83,12 @@ TEST_CASE("command line: positionals, -f, -o anywhere", "[config]") {
 TEST_CASE("command line: bad input gives clear errors", "[config]") {
   CHECK(error_of({"a"}).find("missing") != std::string::npos);
   CHECK(error_of({"a", "b", "c"}).find("too many") != std::string::npos);
-  CHECK(error_of({"a", "b", "-o", "rw"}).find("read-only") != std::string::npos);
+  CHECK(parse_command_line({"a", "b", "-o", "rw"}).vfs.writable);
+  CHECK_FALSE(parse_command_line({"a", "b"}).vfs.writable);
+  CHECK_FALSE(parse_command_line({"a", "b", "-o", "rw,ro"}).vfs.writable);
+  CHECK(parse_command_line({"a", "b", "-o", "rw,write_compression=gzip,write_existing"}).writer.compression == "gzip");
+  CHECK(parse_command_line({"a", "b", "-o", "rw,write_existing"}).writer.write_existing);
+  CHECK(error_of({"a", "b", "-o", "write_compression=rar"}).find("write_compression") != std::string::npos);
   CHECK(error_of({"a", "b", "-o", "bogus=1"}).find("unknown option 'bogus'") != std::string::npos);
   CHECK(error_of({"a", "b", "-o", "threads=0"}).find("threads") != std::string::npos);
   CHECK(error_of({"a", "b", "-o", "threads=x"}).find("threads") != std::string::npos);
@@ -127,8 +132,10 @@ TEST_CASE("config JSON: types are checked", "[config]") {
   CHECK_THROWS_AS(apply_config_json(m, {{"threads", 1.5}}, "t"), ConfigError);
   CHECK_THROWS_AS(apply_config_json(m, {{"threads", {1, 2}}}, "t"), ConfigError);
   CHECK_THROWS_AS(apply_config_json(m, {{"config", "x"}}, "t"), ConfigError);
-  CHECK_THROWS_AS(apply_config_json(m, {{"rw", true}}, "t"), ConfigError);
+  CHECK_NOTHROW(apply_config_json(m, {{"rw", true}}, "t"));
+  CHECK(m.vfs.writable);
   CHECK_NOTHROW(apply_config_json(m, {{"rw", false}, {"ro", true}, {"threads", 4}}, "t"));
+  CHECK_FALSE(m.vfs.writable);
   CHECK(m.engine.threads == 4);
   try {
     apply_config_json(m, {{"nope", 1}}, "config file x.json");

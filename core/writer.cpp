@@ -1,0 +1,792 @@
+#include "core/writer.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <set>
+
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/filters/encode.h"
+#include "core/filters/filters.h"
+#include "core/h5file.h"
+#include "core/h5lib.h"
+#include "core/log.h"
+
+namespace h5d {
+
+struct Writer::FileState {
+  std::string path;
+  hid_t fid = -1;  // -1 for files we only pwrite into (write_existing)
+  int fd = -1;     // O_RDWR, for pwrite/pread/fdatasync
+  bool closed = false;
+};
+
+namespace {
+
+void pwrite_all(int fd, const uint8_t* p, size_t n, uint64_t off, const std::string& what) {
+  while (n > 0) {
+    const ssize_t r = ::pwrite(fd, p, n, static_cast<off_t>(off));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      fail(errno, what + ": pwrite at " + std::to_string(off) + ": " + std::strerror(errno));
+    }
+    p += r;
+    n -= static_cast<size_t>(r);
+    off += static_cast<uint64_t>(r);
+  }
+}
+
+void pread_all(int fd, uint8_t* p, size_t n, uint64_t off, const std::string& what) {
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(off));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      fail(errno, what + ": pread at " + std::to_string(off) + ": " + std::strerror(errno));
+    }
+    if (r == 0) {  // beyond the end of a sparse file: never written
+      std::memset(p, 0, n);
+      return;
+    }
+    p += r;
+    n -= static_cast<size_t>(r);
+    off += static_cast<uint64_t>(r);
+  }
+}
+
+// An HDF5 type for a numpy typestr (as h5py writes them: bool as an int8 enum, complex as an
+// {r, i} compound, bytes as a null-padded fixed string).
+h5::Handle make_type(const std::string& ts, size_t* itemsize) {
+  if (ts.size() < 3) fail(EINVAL, "unsupported dtype '" + ts + "'");
+  char order = ts[0];
+  const char kind = ts[1];
+  size_t size = 0;
+  try {
+    size = std::stoul(ts.substr(2));
+  } catch (...) {
+    fail(EINVAL, "unsupported dtype '" + ts + "'");
+  }
+  if (order == '=') order = '<';
+  if (order != '<' && order != '>' && order != '|') fail(EINVAL, "unsupported dtype '" + ts + "'");
+  const bool be = order == '>';
+  *itemsize = size;
+  auto copy = [](hid_t t) { return h5::check(H5Tcopy(t), "H5Tcopy"); };
+  switch (kind) {
+    case 'u':
+    case 'i': {
+      hid_t base = -1;
+      switch (size) {
+        case 1: base = kind == 'u' ? H5T_STD_U8LE : H5T_STD_I8LE; break;
+        case 2: base = kind == 'u' ? (be ? H5T_STD_U16BE : H5T_STD_U16LE) : (be ? H5T_STD_I16BE : H5T_STD_I16LE); break;
+        case 4: base = kind == 'u' ? (be ? H5T_STD_U32BE : H5T_STD_U32LE) : (be ? H5T_STD_I32BE : H5T_STD_I32LE); break;
+        case 8: base = kind == 'u' ? (be ? H5T_STD_U64BE : H5T_STD_U64LE) : (be ? H5T_STD_I64BE : H5T_STD_I64LE); break;
+        default: fail(EINVAL, "unsupported dtype '" + ts + "'");
+      }
+      return copy(base);
+    }
+    case 'f':
+      if (size == 4) return copy(be ? H5T_IEEE_F32BE : H5T_IEEE_F32LE);
+      if (size == 8) return copy(be ? H5T_IEEE_F64BE : H5T_IEEE_F64LE);
+      fail(EINVAL, "unsupported dtype '" + ts + "' (float32 and float64 only)");
+    case 'c': {
+      if (size != 8 && size != 16) fail(EINVAL, "unsupported dtype '" + ts + "'");
+      hid_t f = size == 8 ? (be ? H5T_IEEE_F32BE : H5T_IEEE_F32LE) : (be ? H5T_IEEE_F64BE : H5T_IEEE_F64LE);
+      h5::Handle t = h5::check(H5Tcreate(H5T_COMPOUND, size), "H5Tcreate");
+      h5::check(H5Tinsert(t.get(), "r", 0, f), "H5Tinsert");
+      h5::check(H5Tinsert(t.get(), "i", size / 2, f), "H5Tinsert");
+      return t;
+    }
+    case 'b': {
+      if (size != 1) fail(EINVAL, "unsupported dtype '" + ts + "'");
+      h5::Handle t = h5::check(H5Tenum_create(H5T_NATIVE_INT8), "H5Tenum_create");
+      int8_t v = 0;
+      h5::check(H5Tenum_insert(t.get(), "FALSE", &v), "H5Tenum_insert");
+      v = 1;
+      h5::check(H5Tenum_insert(t.get(), "TRUE", &v), "H5Tenum_insert");
+      return t;
+    }
+    case 'S': {
+      if (size == 0) fail(EINVAL, "unsupported dtype '" + ts + "'");
+      h5::Handle t = copy(H5T_C_S1);
+      h5::check(H5Tset_size(t.get(), size), "H5Tset_size");
+      h5::check(H5Tset_strpad(t.get(), H5T_STR_NULLPAD), "H5Tset_strpad");
+      return t;
+    }
+    default:
+      fail(EINVAL, "unsupported dtype '" + ts + "' (integers, float32/64, bool, complex, bytes)");
+  }
+}
+
+// About 1 MiB chunks: inner dimensions kept whole as long as possible.
+Shape auto_chunks(const Shape& shape, size_t itemsize) {
+  Shape c = shape;
+  for (auto& x : c) x = std::max<uint64_t>(x, 1);
+  const uint64_t target = 1u << 20;
+  for (size_t k = 0; k < c.size(); ++k) {
+    while (product(c) * itemsize > target && c[k] > 1) c[k] = (c[k] + 1) / 2;
+  }
+  return c;
+}
+
+// Adds [s, e) to a set of disjoint intervals; returns how many bytes were not covered before.
+uint64_t add_interval(std::map<uint64_t, uint64_t>& m, uint64_t s, uint64_t e) {
+  auto it = m.upper_bound(s);
+  if (it != m.begin()) {
+    auto p = std::prev(it);
+    if (p->second >= s) it = p;
+  }
+  uint64_t removed = 0;
+  uint64_t ns = s, ne = e;
+  while (it != m.end() && it->first <= ne) {
+    ns = std::min(ns, it->first);
+    ne = std::max(ne, it->second);
+    removed += it->second - it->first;
+    it = m.erase(it);
+  }
+  m[ns] = ne;
+  return (ne - ns) - removed;
+}
+
+// ---- contiguous ---------------------------------------------------------------------------------
+
+class ContiguousWriter final : public DatasetWriter {
+ public:
+  ContiguousWriter(std::shared_ptr<Writer::FileState> f, std::string what, uint64_t addr,
+                   uint64_t size)
+      : f_(std::move(f)), what_(std::move(what)), addr_(addr), size_(size) {}
+  uint64_t nbytes() const override { return size_; }
+  std::string describe() const override {
+    return what_ + " (contiguous at file offset " + std::to_string(addr_) + ")";
+  }
+  void write(uint64_t off, const uint8_t* p, size_t n) override {
+    if (off > size_ || n > size_ - off) fail(EFBIG, what_ + ": write past the end of the data");
+    if (f_->closed) fail(EIO, what_ + ": the writer is closed");
+    pwrite_all(f_->fd, p, n, addr_ + off, what_);
+  }
+  void read(uint64_t off, size_t n, uint8_t* out) override {
+    if (off > size_ || n > size_ - off) fail(EINVAL, what_ + ": read past the end of the data");
+    pread_all(f_->fd, out, n, addr_ + off, what_);
+  }
+  void flush(bool durable) override {
+    if (durable && !f_->closed && ::fdatasync(f_->fd) != 0) {
+      fail(errno, what_ + ": fdatasync: " + std::strerror(errno));
+    }
+  }
+
+ private:
+  std::shared_ptr<Writer::FileState> f_;
+  std::string what_;
+  uint64_t addr_, size_;
+};
+
+// ---- chunked ------------------------------------------------------------------------------------
+
+class ChunkedWriter final : public DatasetWriter,
+                            public std::enable_shared_from_this<ChunkedWriter> {
+ public:
+  ChunkedWriter(Engine& engine, std::shared_ptr<Writer::FileState> f, std::string what,
+                h5::Handle did, const Shape& shape, const Shape& chunks, size_t itemsize,
+                std::vector<FilterInfo> pipeline)
+      : engine_(engine), f_(std::move(f)), what_(std::move(what)), did_(std::move(did)),
+        chunks_(chunks), itemsize_(itemsize), pipeline_(std::move(pipeline)) {
+    const size_t r = shape.size();
+    bshape_ = shape;
+    bchunk_ = chunks;
+    bshape_[r - 1] *= itemsize;
+    bchunk_[r - 1] *= itemsize;
+    grid_.resize(r);
+    for (size_t k = 0; k < r; ++k) grid_[k] = (bshape_[k] + bchunk_[k] - 1) / bchunk_[k];
+    gstride_.assign(r, 1);
+    cstride_.assign(r, 1);
+    for (size_t k = r - 1; k-- > 0;) {
+      gstride_[k] = gstride_[k + 1] * grid_[k + 1];
+      cstride_[k] = cstride_[k + 1] * bchunk_[k + 1];
+    }
+    chunk_bytes_ = product(bchunk_);
+    nbytes_ = product(bshape_);
+  }
+  ~ChunkedWriter() override {
+    try {
+      close();
+    } catch (const std::exception& e) {
+      log::error(what_ + ": " + e.what());
+    }
+  }
+
+  uint64_t nbytes() const override { return nbytes_; }
+  std::string describe() const override {
+    std::string f;
+    for (const auto& x : pipeline_) f += (f.empty() ? "" : "+") + filter_name(x.id);
+    return what_ + " (chunked" + (f.empty() ? "" : ", " + f) + ")";
+  }
+
+  void write(uint64_t off, const uint8_t* p, size_t n) override {
+    if (off > nbytes_ || n > nbytes_ - off) fail(EFBIG, what_ + ": write past the end of the data");
+    std::map<uint64_t, std::shared_ptr<Pending>> loaded;
+    for (;;) {
+      std::unique_lock<std::mutex> lk(mu_);
+      if (closed_) fail(EIO, what_ + ": the writer is closed");
+      if (!async_error_.empty()) fail(EIO, async_error_);
+      const std::set<uint64_t> touched = touched_chunks(off, n);
+      if (wait_inflight(lk, touched)) continue;
+      std::vector<uint64_t> missing;
+      for (uint64_t c : touched) {
+        if (!pending_.count(c) && written_.count(c)) {
+          auto it = loaded.find(c);
+          if (it != loaded.end()) {
+            pending_[c] = it->second;  // read-modify-write of a chunk already in the file
+          } else {
+            missing.push_back(c);
+          }
+        }
+      }
+      if (!missing.empty()) {
+        lk.unlock();
+        for (uint64_t c : missing) {
+          auto pp = std::make_shared<Pending>();
+          pp->buf = load_chunk(c);
+          pp->covered = valid_bytes(c);
+          loaded[c] = pp;
+        }
+        continue;
+      }
+      for_each_piece(off, n, [&](uint64_t c, uint64_t in_chunk, uint64_t doff, uint64_t len) {
+        auto& pp = pending_[c];
+        if (!pp) {
+          pp = std::make_shared<Pending>();
+          pp->buf.assign(chunk_bytes_, 0);
+        }
+        std::memcpy(pp->buf.data() + in_chunk, p + doff, len);
+        pp->covered += add_interval(pp->cov, in_chunk, in_chunk + len);
+        pp->dirty = true;
+      });
+      std::vector<Job> jobs;
+      for (uint64_t c : touched) {
+        auto it = pending_.find(c);
+        if (it->second->covered >= valid_bytes(c)) {
+          inflight_[c] = it->second;
+          jobs.push_back({c, it->second, nullptr});
+          pending_.erase(it);
+        }
+      }
+      lk.unlock();
+      submit(jobs);
+      return;
+    }
+  }
+
+  void read(uint64_t off, size_t n, uint8_t* out) override {
+    if (off > nbytes_ || n > nbytes_ - off) fail(EINVAL, what_ + ": read past the end of the data");
+    std::map<uint64_t, std::vector<uint8_t>> loaded;
+    for (;;) {
+      std::unique_lock<std::mutex> lk(mu_);
+      std::vector<uint64_t> missing;
+      for (uint64_t c : touched_chunks(off, n)) {
+        if (!pending_.count(c) && !inflight_.count(c) && written_.count(c) && !loaded.count(c)) {
+          missing.push_back(c);
+        }
+      }
+      if (!missing.empty()) {
+        lk.unlock();
+        for (uint64_t c : missing) loaded[c] = load_chunk(c);
+        continue;
+      }
+      for_each_piece(off, n, [&](uint64_t c, uint64_t in_chunk, uint64_t doff, uint64_t len) {
+        const uint8_t* src = nullptr;
+        if (auto it = pending_.find(c); it != pending_.end()) src = it->second->buf.data();
+        else if (auto it2 = inflight_.find(c); it2 != inflight_.end()) src = it2->second->buf.data();
+        else if (auto it3 = loaded.find(c); it3 != loaded.end()) src = it3->second.data();
+        if (src) std::memcpy(out + doff, src + in_chunk, len);
+        else std::memset(out + doff, 0, len);  // never written: the fill value (0)
+      });
+      return;
+    }
+  }
+
+  void flush(bool durable) override {
+    std::vector<Job> jobs;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      if (closed_) return;
+      // Complete chunks being compressed in the background first.
+      std::vector<uint64_t> busy;
+      for (const auto& [c, pp] : inflight_) busy.push_back(c);
+      cv_.wait(lk, [&] {
+        for (uint64_t c : busy) {
+          if (inflight_.count(c)) return false;
+        }
+        return true;
+      });
+      if (!async_error_.empty()) {
+        // Reported once; the chunks that failed are pending again and are retried below.
+        const std::string e = async_error_;
+        async_error_.clear();
+        log::error(e);
+      }
+      for (auto& [c, pp] : pending_) {
+        if (!pp->dirty || inflight_.count(c)) continue;
+        pp->dirty = false;
+        inflight_[c] = pp;
+        jobs.push_back({c, pp, nullptr});
+      }
+    }
+    if (!jobs.empty()) write_jobs(jobs, /*complete=*/false);
+    {
+      auto lk = h5::lock();
+      if (f_->fid >= 0 && !f_->closed) h5::check(H5Fflush(f_->fid, H5F_SCOPE_LOCAL), what_ + ": H5Fflush");
+    }
+    if (durable && !f_->closed && ::fdatasync(f_->fd) != 0) {
+      fail(errno, what_ + ": fdatasync: " + std::strerror(errno));
+    }
+  }
+
+  void close() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (closed_) return;
+    }
+    flush(false);
+    auto h = h5::lock();
+    std::lock_guard<std::mutex> lk(mu_);
+    closed_ = true;
+    did_.reset();
+  }
+
+ private:
+  struct Pending {
+    std::vector<uint8_t> buf;              // the whole chunk, C order, fill where not written
+    std::map<uint64_t, uint64_t> cov;      // byte intervals written
+    uint64_t covered = 0;                  // bytes written (of valid_bytes)
+    bool dirty = false;                    // changed since last written to the file
+  };
+  struct Job {
+    uint64_t chunk;
+    std::shared_ptr<Pending> pending;
+    std::shared_ptr<std::vector<uint8_t>> encoded;
+  };
+
+  template <class Fn>
+  void for_each_piece(uint64_t off, uint64_t n, Fn&& fn) const {
+    const size_t r = bshape_.size();
+    const uint64_t inner = bshape_[r - 1];
+    const uint64_t end = off + n;
+    uint64_t b = off;
+    while (b < end) {
+      const uint64_t row = b / inner;
+      uint64_t col = b % inner;
+      uint64_t run = std::min(inner - col, end - b);
+      uint64_t rr = row, cid = 0, inoff = 0;
+      for (size_t k = r - 1; k-- > 0;) {
+        const uint64_t i = rr % bshape_[k];
+        rr /= bshape_[k];
+        cid += (i / bchunk_[k]) * gstride_[k];
+        inoff += (i % bchunk_[k]) * cstride_[k];
+      }
+      while (run > 0) {
+        const uint64_t cl = col / bchunk_[r - 1], wl = col % bchunk_[r - 1];
+        const uint64_t len = std::min(run, bchunk_[r - 1] - wl);
+        fn(cid + cl, inoff + wl, b - off, len);
+        col += len;
+        b += len;
+        run -= len;
+      }
+    }
+  }
+
+  std::set<uint64_t> touched_chunks(uint64_t off, uint64_t n) const {
+    std::set<uint64_t> out;
+    for_each_piece(off, n, [&](uint64_t c, uint64_t, uint64_t, uint64_t) { out.insert(c); });
+    return out;
+  }
+
+  // Waits for chunks being written; true when it waited (the caller starts over).
+  bool wait_inflight(std::unique_lock<std::mutex>& lk, const std::set<uint64_t>& touched) {
+    for (uint64_t c : touched) {
+      if (inflight_.count(c)) {
+        cv_.wait(lk, [&] { return !inflight_.count(c); });
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Complete chunks: compressed and written on the pool in the background (the request returns
+  // at once, so even one writer keeps every core busy); synchronously when the pool is busy
+  // (backpressure: at most 2 chunks per pool thread wait).
+  void submit(std::vector<Job>& jobs) {
+    ThreadPool& pool = engine_.pool();
+    std::vector<Job> now;
+    for (auto& j : jobs) {
+      auto one = std::make_shared<std::vector<Job>>(1, j);
+      auto self = shared_from_this();
+      const bool queued = pool.size() > 0 && pool.try_run_detached(
+          {[self, one] {
+            try {
+              self->write_jobs(*one, /*complete=*/true);
+            } catch (const std::exception& e) {
+              std::lock_guard<std::mutex> lk(self->mu_);
+              if (self->async_error_.empty()) self->async_error_ = e.what();
+            }
+          }},
+          2 * pool.size());
+      if (!queued) now.push_back(j);
+    }
+    if (!now.empty()) write_jobs(now, /*complete=*/true);
+  }
+
+  std::vector<hsize_t> chunk_offset(uint64_t c) const {
+    const size_t r = grid_.size();
+    std::vector<hsize_t> o(r);
+    for (size_t k = 0; k < r; ++k) o[k] = ((c / gstride_[k]) % grid_[k]) * chunks_[k];
+    return o;
+  }
+
+  uint64_t valid_bytes(uint64_t c) const {
+    uint64_t v = 1;
+    for (size_t k = 0; k < grid_.size(); ++k) {
+      const uint64_t start = ((c / gstride_[k]) % grid_[k]) * bchunk_[k];
+      v *= std::min(bchunk_[k], bshape_[k] - start);
+    }
+    return v;
+  }
+
+  std::string chunk_name(uint64_t c) const {
+    std::string s = "(";
+    for (hsize_t x : chunk_offset(c)) s += (s.size() > 1 ? "," : "") + std::to_string(x);
+    return s + ")";
+  }
+
+  // Reads and decodes a chunk already in the file.
+  std::vector<uint8_t> load_chunk(uint64_t c) {
+    const auto offs = chunk_offset(c);
+    std::vector<uint8_t> in;
+    uint32_t mask = 0;
+    {
+      auto lk = h5::lock();
+      hsize_t sz = 0;
+      h5::check(H5Dget_chunk_storage_size(did_.get(), offs.data(), &sz),
+                what_ + ": chunk " + chunk_name(c) + ": H5Dget_chunk_storage_size");
+      in.resize(sz);
+      h5::check(H5Dread_chunk(did_.get(), H5P_DEFAULT, offs.data(), &mask, in.data()),
+                what_ + ": chunk " + chunk_name(c) + ": H5Dread_chunk");
+    }
+    if (pipeline_.empty()) {
+      in.resize(chunk_bytes_, 0);
+      return in;
+    }
+    std::vector<uint8_t> out;
+    decode_chunk(pipeline_, mask, itemsize_, in, chunk_bytes_, out);
+    return out;
+  }
+
+  // Compresses the jobs' chunks (on the pool when there are several), writes them under the
+  // HDF5 lock and marks them written. complete: the chunks left pending_ (put back on failure).
+  void write_jobs(std::vector<Job>& jobs, bool complete) {
+    try {
+      std::vector<std::function<void()>> tasks;
+      for (auto& j : jobs) {
+        tasks.push_back([this, &j] {
+          const auto& b = j.pending->buf;
+          j.encoded = std::make_shared<std::vector<uint8_t>>(
+              pipeline_.empty() ? b : encode_pipeline(pipeline_, itemsize_, b.data(), b.size()));
+        });
+      }
+      if (tasks.size() == 1) tasks[0]();
+      else engine_.pool().run_all(tasks);
+      auto lk = h5::lock();
+      for (auto& j : jobs) {
+        const auto offs = chunk_offset(j.chunk);
+        h5::check(H5Dwrite_chunk(did_.get(), H5P_DEFAULT, 0, offs.data(), j.encoded->size(),
+                                 j.encoded->data()),
+                  what_ + ": chunk " + chunk_name(j.chunk) + ": H5Dwrite_chunk");
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (auto& j : jobs) {
+        inflight_.erase(j.chunk);
+        j.pending->dirty = true;
+        if (complete) pending_[j.chunk] = j.pending;
+      }
+      cv_.notify_all();
+      throw;
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& j : jobs) {
+      inflight_.erase(j.chunk);
+      written_.insert(j.chunk);
+    }
+    cv_.notify_all();
+  }
+
+  Engine& engine_;
+  std::shared_ptr<Writer::FileState> f_;
+  std::string what_;
+  h5::Handle did_;  // closed under the HDF5 lock
+  Shape chunks_;    // elements
+  Shape bshape_, bchunk_, grid_;  // the last dimension in bytes
+  std::vector<uint64_t> gstride_, cstride_;
+  size_t itemsize_;
+  uint64_t chunk_bytes_ = 0, nbytes_ = 0;
+  std::vector<FilterInfo> pipeline_;
+
+  std::mutex mu_;  // guards pending_, inflight_, written_, closed_
+  std::condition_variable cv_;
+  std::map<uint64_t, std::shared_ptr<Pending>> pending_;
+  std::map<uint64_t, std::shared_ptr<Pending>> inflight_;  // being written to the file
+  std::set<uint64_t> written_;
+  bool closed_ = false;
+  std::string async_error_;  // a background chunk write that failed (reported by write/flush)
+};
+
+void ensure_size(int fd, uint64_t size, const std::string& what) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) fail(errno, what + ": fstat: " + std::strerror(errno));
+  if (static_cast<uint64_t>(st.st_size) < size && ::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    fail(errno, what + ": ftruncate: " + std::strerror(errno));
+  }
+}
+
+}  // namespace
+
+Writer::Writer(Engine& engine, WriterOptions opts) : engine_(engine), opts_(std::move(opts)) {
+  h5::init_library();
+}
+
+Writer::~Writer() {
+  try {
+    close_all();
+  } catch (const std::exception& e) {
+    log::error(std::string("closing written files: ") + e.what());
+  }
+}
+
+void Writer::create_file(const std::string& path) {
+  auto lk = h5::lock();
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (files_.count(path)) fail(EEXIST, path + " exists");
+  }
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) fail(EEXIST, path + " exists");
+  // No HDF5 file locking, as H5File opens files for reading (the two opens share one file in
+  // libhdf5, which refuses differing locking flags); other processes may read the file meanwhile.
+  h5::Handle fapl = h5::check(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
+  H5Pset_file_locking(fapl.get(), false, true);
+  hid_t fid = H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get());
+  if (fid < 0) h5::fail_h5(EIO, "cannot create HDF5 file " + path);
+  auto fs = std::make_shared<FileState>();
+  fs->path = path;
+  fs->fid = fid;
+  if (H5Fflush(fid, H5F_SCOPE_LOCAL) < 0) log::warn(path + ": H5Fflush failed: " + h5::error_stack());
+  fs->fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fs->fd < 0) {
+    const int e = errno;
+    H5Fclose(fid);
+    fail(e, "cannot open " + path + ": " + std::strerror(e));
+  }
+  log::info("created HDF5 file " + path);
+  std::lock_guard<std::mutex> g(mu_);
+  files_[path] = fs;
+}
+
+bool Writer::owns(const std::string& path) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = files_.find(path);
+  return it != files_.end() && it->second->fid >= 0;
+}
+
+std::shared_ptr<Writer::FileState> Writer::file_state(const std::string& path) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = files_.find(path);
+  if (it == files_.end() || it->second->fid < 0) {
+    fail(EPERM, path + ": new groups and datasets only in files created through this mount");
+  }
+  if (it->second->closed) fail(EIO, path + ": closed");
+  return it->second;
+}
+
+void Writer::create_group(const std::string& file, const std::string& group_path) {
+  auto lk = h5::lock();
+  auto fs = file_state(file);
+  if (H5Lexists(fs->fid, group_path.c_str(), H5P_DEFAULT) > 0) fail(EEXIST, file + ":" + group_path + " exists");
+  h5::Handle g = h5::check(H5Gcreate2(fs->fid, group_path.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                           file + ":" + group_path + ": H5Gcreate");
+  g.reset();
+  h5::check(H5Fflush(fs->fid, H5F_SCOPE_LOCAL), file + ": H5Fflush");
+}
+
+DatasetWriterPtr Writer::create_dataset(const std::string& file, const std::string& path,
+                                        const NewDataset& spec) {
+  const std::string what = file + ":" + path;
+  auto lk = h5::lock();
+  auto fs = file_state(file);
+  if (H5Lexists(fs->fid, path.c_str(), H5P_DEFAULT) > 0) fail(EEXIST, what + " exists");
+  size_t itemsize = 0;
+  h5::Handle type = make_type(spec.typestr, &itemsize);
+  const size_t rank = spec.shape.size();
+  const uint64_t nbytes = product(spec.shape) * itemsize;
+  std::vector<hsize_t> dims(spec.shape.begin(), spec.shape.end());
+  h5::Handle space = rank == 0 ? h5::check(H5Screate(H5S_SCALAR), "H5Screate")
+                               : h5::check(H5Screate_simple(int(rank), dims.data(), nullptr), "H5Screate_simple");
+  h5::Handle dcpl = h5::check(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate");
+  const std::string compression = spec.compression == "none" ? "" : spec.compression;
+  bool chunked = !spec.chunks.empty() || !compression.empty();
+  if (rank == 0 || nbytes == 0) chunked = false;  // scalars and empty arrays: contiguous
+  Shape chunks;
+  std::vector<FilterInfo> pipeline;
+  if (chunked) {
+    if (!spec.chunks.empty()) {
+      if (spec.chunks.size() != rank) fail(EINVAL, what + ": chunks must have one entry per dimension");
+      chunks = spec.chunks;
+      for (size_t k = 0; k < rank; ++k) {
+        if (chunks[k] == 0) fail(EINVAL, what + ": chunk dimensions must be >= 1");
+        chunks[k] = std::min(chunks[k], spec.shape[k]);
+      }
+    } else {
+      chunks = auto_chunks(spec.shape, itemsize);
+    }
+    const uint64_t chunk_bytes = product(chunks) * itemsize;
+    if (chunk_bytes >= (4ull << 30)) fail(EINVAL, what + ": chunks must be smaller than 4 GiB");
+    pipeline = write_pipeline(compression, spec.level, spec.shuffle, itemsize, chunk_bytes);
+    std::vector<hsize_t> cd(chunks.begin(), chunks.end());
+    h5::check(H5Pset_chunk(dcpl.get(), int(rank), cd.data()), what + ": H5Pset_chunk");
+    for (const auto& f : pipeline) {
+      if (f.id == 1) {
+        h5::check(H5Pset_deflate(dcpl.get(), f.cd_values.at(0)), "H5Pset_deflate");
+      } else if (f.id == 2) {
+        h5::check(H5Pset_shuffle(dcpl.get()), "H5Pset_shuffle");
+      } else {
+        // Optional: libhdf5 then accepts the pipeline even when the plugin is not installed in the
+        // daemon (chunks are compressed here and written directly; readers need the plugin).
+        h5::check(H5Pset_filter(dcpl.get(), static_cast<H5Z_filter_t>(f.id), H5Z_FLAG_OPTIONAL,
+                                f.cd_values.size(), f.cd_values.data()),
+                  what + ": H5Pset_filter " + filter_name(f.id));
+      }
+    }
+  } else {
+    h5::check(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS), "H5Pset_layout");
+    h5::check(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time");
+    h5::check(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
+  }
+  h5::Handle did = h5::check(H5Dcreate2(fs->fid, path.c_str(), type.get(), space.get(), H5P_DEFAULT,
+                                        dcpl.get(), H5P_DEFAULT),
+                             what + ": H5Dcreate");
+  DatasetWriterPtr w;
+  if (chunked) {
+    h5::check(H5Fflush(fs->fid, H5F_SCOPE_LOCAL), file + ": H5Fflush");
+    w = std::make_shared<ChunkedWriter>(engine_, fs, what, std::move(did), spec.shape, chunks,
+                                        itemsize, pipeline);
+  } else {
+    haddr_t addr = nbytes ? H5Dget_offset(did.get()) : 0;
+    if (nbytes && addr == HADDR_UNDEF) h5::fail_h5(EIO, what + ": no file offset (H5Dget_offset)");
+    did.reset();
+    h5::check(H5Fflush(fs->fid, H5F_SCOPE_LOCAL), file + ": H5Fflush");
+    // A killed daemon must leave a file whose end covers the dataset (else "truncated file").
+    ensure_size(fs->fd, addr + nbytes, what);
+    w = std::make_shared<ContiguousWriter>(fs, what, addr, nbytes);
+  }
+  log::info("created dataset " + w->describe());
+  std::lock_guard<std::mutex> g(mu_);
+  datasets_.push_back(w);
+  return w;
+}
+
+DatasetWriterPtr Writer::open_existing(const std::string& file, const std::string& path) {
+  const std::string what = file + ":" + path;
+  if (!opts_.write_existing) fail(EPERM, what + ": existing datasets are read-only (mount with -o write_existing)");
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (auto it = existing_.find(what); it != existing_.end()) return it->second;
+  }
+  auto h5f = engine_.open_file(file);
+  auto info = h5f->dataset_info(path);
+  const StorageInfo st = h5f->storage_info(path);
+  if (info->layout != "contiguous" || !info->filters.empty() || st.external || st.library_only ||
+      st.contiguous_addr == fmt::kUndefAddr) {
+    fail(EPERM, what + ": only allocated, uncompressed contiguous datasets can be written in place (" +
+                    info->layout + ")");
+  }
+  const uint64_t nbytes = product(info->shape) * info->dtype.itemsize;
+  std::lock_guard<std::mutex> g(mu_);
+  if (auto it = existing_.find(what); it != existing_.end()) return it->second;
+  std::shared_ptr<FileState> fs;
+  if (auto it = files_.find(file); it != files_.end()) {
+    fs = it->second;
+  } else {
+    fs = std::make_shared<FileState>();
+    fs->path = file;
+    fs->fd = ::open(file.c_str(), O_RDWR | O_CLOEXEC);
+    if (fs->fd < 0) fail(errno, "cannot open " + file + " for writing: " + std::strerror(errno));
+    files_[file] = fs;
+  }
+  auto w = std::make_shared<ContiguousWriter>(fs, what, st.contiguous_addr, nbytes);
+  existing_[what] = w;
+  log::info("writing in place: " + w->describe());
+  return w;
+}
+
+void Writer::flush_all() {
+  std::vector<DatasetWriterPtr> ds;
+  std::vector<std::shared_ptr<FileState>> files;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& w : datasets_) {
+      if (auto p = w.lock()) ds.push_back(p);
+    }
+    for (auto& [p, f] : files_) files.push_back(f);
+  }
+  for (auto& w : ds) w->flush(false);
+  auto lk = h5::lock();
+  for (auto& f : files) {
+    if (f->fid >= 0 && !f->closed) h5::check(H5Fflush(f->fid, H5F_SCOPE_LOCAL), f->path + ": H5Fflush");
+    if (!f->closed && f->fd >= 0) ::fdatasync(f->fd);
+  }
+}
+
+void Writer::close_all() {
+  std::vector<DatasetWriterPtr> ds;
+  std::vector<std::shared_ptr<FileState>> files;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& w : datasets_) {
+      if (auto p = w.lock()) ds.push_back(p);
+    }
+    for (auto& [p, f] : files_) files.push_back(f);
+  }
+  std::string first_error;
+  for (auto& w : ds) {
+    try {
+      if (auto* c = dynamic_cast<ChunkedWriter*>(w.get())) c->close();
+      else w->flush(false);
+    } catch (const std::exception& e) {
+      log::error(e.what());
+      if (first_error.empty()) first_error = e.what();
+    }
+  }
+  auto lk = h5::lock();
+  for (auto& f : files) {
+    if (f->closed) continue;
+    if (f->fid >= 0) {
+      if (H5Fflush(f->fid, H5F_SCOPE_LOCAL) < 0 || H5Fclose(f->fid) < 0) {
+        const std::string e = f->path + ": closing: " + h5::error_stack();
+        log::error(e);
+        if (first_error.empty()) first_error = e;
+      }
+      f->fid = -1;
+    }
+    if (f->fd >= 0) {
+      ::fdatasync(f->fd);
+      ::close(f->fd);
+      f->fd = -1;
+    }
+    f->closed = true;
+  }
+  if (!first_error.empty()) fail(EIO, first_error);
+}
+
+}  // namespace h5d

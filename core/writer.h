@@ -1,0 +1,95 @@
+// The write path: HDF5 files, groups and datasets created through libhdf5 (under the HDF5 lock,
+// metadata flushed at once so that a killed daemon leaves a valid file), then data written
+// without the library where it can be:
+//   contiguous (default): early allocation, fill never; bytes go straight to pwrite at the
+//     dataset's file offset (H5Dget_offset), no lock: safe from many processes (and nodes).
+//   chunked (and compressed): the bytes of each chunk are gathered in memory; a complete chunk
+//     is compressed (on the pool when several complete at once) and written with H5Dwrite_chunk
+//     under the HDF5 lock; incomplete chunks are written padded with fill on flush() (and kept
+//     in memory: more bytes may come), and the file's metadata flushed (H5Fflush).
+//   existing contiguous datasets (option write_existing): pwrite in place.
+// Knows nothing of FUSE, .npy or JSON. Byte offsets are those of the array's C-order bytes.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/region.h"
+
+namespace h5d {
+
+class Engine;
+
+struct WriterOptions {
+  std::string compression;   // default for new datasets: "" (contiguous), gzip, blosc, lz4, zstd
+  int level = -1;            // compression level; -1: the filter's default
+  bool write_existing = false;  // allow in-place writes to existing contiguous datasets
+};
+
+struct NewDataset {
+  Shape shape;
+  std::string typestr;      // numpy typestr: "<u2", ">f8", "|b1", "<c8", "|S16"
+  Shape chunks;             // empty: contiguous, or chosen (~1 MiB) when compressed
+  std::string compression;  // "" / "none": none
+  int level = -1;
+  bool shuffle = true;
+};
+
+class DatasetWriter {
+ public:
+  virtual ~DatasetWriter() = default;
+  virtual uint64_t nbytes() const = 0;
+  virtual std::string describe() const = 0;  // "file.h5:/path (contiguous at 2048)"
+  // Writes bytes [off, off+n) of the array's C-order bytes. Error(EFBIG) past the end.
+  virtual void write(uint64_t off, const uint8_t* p, size_t n) = 0;
+  // Reads back what was written (fill where nothing was).
+  virtual void read(uint64_t off, size_t n, uint8_t* out) = 0;
+  // Makes everything written so far reach the file (chunked: pending chunks, padded with fill,
+  // then H5Fflush). `durable`: fdatasync as well.
+  virtual void flush(bool durable) = 0;
+};
+using DatasetWriterPtr = std::shared_ptr<DatasetWriter>;
+
+class Writer {
+ public:
+  Writer(Engine& engine, WriterOptions opts);
+  ~Writer();  // close_all()
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
+
+  const WriterOptions& options() const { return opts_; }
+
+  // Creates a new, empty HDF5 file (Error(EEXIST) when the path exists) and keeps it open.
+  void create_file(const std::string& path);
+  // True for files created by this writer (only those take new groups and datasets).
+  bool owns(const std::string& path);
+  void create_group(const std::string& file, const std::string& group_path);
+  // Creates a dataset and returns its writer; metadata is flushed before this returns.
+  DatasetWriterPtr create_dataset(const std::string& file, const std::string& dset_path,
+                                  const NewDataset& spec);
+  // In-place writer for an existing dataset: contiguous, unfiltered, allocated, not external,
+  // else Error(EPERM). Needs options().write_existing (else EPERM).
+  DatasetWriterPtr open_existing(const std::string& file, const std::string& dset_path);
+
+  // Flushes every dataset and file (fsync of the whole mount).
+  void flush_all();
+  // Flushes and closes everything (unmount). Later writes fail with EIO.
+  void close_all();
+
+  struct FileState;
+
+ private:
+  std::shared_ptr<FileState> file_state(const std::string& path);  // Error(EPERM) when not ours
+
+  Engine& engine_;
+  WriterOptions opts_;
+  std::mutex mu_;  // guards files_, datasets_, existing_ (taken after the HDF5 lock, never before)
+  std::map<std::string, std::shared_ptr<FileState>> files_;
+  std::vector<std::weak_ptr<DatasetWriter>> datasets_;
+  std::map<std::string, std::shared_ptr<DatasetWriter>> existing_;
+};
+
+}  // namespace h5d
