@@ -196,6 +196,15 @@ for rnd in range(args.rounds):
                     out[...] = a[int(i)]
             record('random/h5direct np.load(mmap)[i]', timed(rnd_read))
             del a  # a live mapping keeps a lazy unmount (and the daemon) waiting
+        with Mounted() as m:
+            fsz = FRAME[0] * FRAME[1] * 2
+            fd = os.open(osp.join(mnt, 'frames.h5', 'compressed.raw'), os.O_RDONLY)
+            out = np.empty(FRAME, '<u2')
+            def rnd_pread():
+                for i in idx:
+                    out.view(np.uint8).reshape(-1)[:] = np.frombuffer(os.pread(fd, fsz, int(i) * fsz), np.uint8)
+            record('random/h5direct pread(.raw)', timed(rnd_pread))
+            os.close(fd)
     if 'scaling' not in skip:
         for t in range(1, NCPU + 1):
             with Mounted(f'threads={t}'):
@@ -230,7 +239,8 @@ if 'uncompressed' not in skip:
     ratio['uncompressed read() vs ceiling read()'] = med('uncompressed/FUSE ceiling read()') / med('uncompressed/h5direct read()')
     ratio['uncompressed mmap vs ceiling memmap'] = med('uncompressed/FUSE ceiling np.memmap') / med('uncompressed/h5direct np.load(mmap)')
 if 'random' not in skip:
-    ratio['random frames vs h5py'] = med('random/h5py dset[i]') / med('random/h5direct np.load(mmap)[i]')
+    ratio['random frames, np.load(mmap)[i] vs h5py dset[i]'] = med('random/h5py dset[i]') / med('random/h5direct np.load(mmap)[i]')
+    ratio['random frames, pread(.raw) vs h5py dset[i]'] = med('random/h5py dset[i]') / med('random/h5direct pread(.raw)')
 
 chunkmap = None
 if 'chunkmap' not in skip and osp.exists(CHUNKMAP):
@@ -284,7 +294,8 @@ lines.append('|---|---|')
 for k, v in ratio.items():
     lines.append(f'| {k} | {v:.2f}x |')
 if 'random' not in skip:
-    lines.append(f'| random: h5py {med("random/h5py dset[i]"):.3f} s, h5direct {med("random/h5direct np.load(mmap)[i]"):.3f} s for {args.random} frames | |')
+    lines.append(f'| random: h5py {med("random/h5py dset[i]"):.3f} s, h5direct mmap {med("random/h5direct np.load(mmap)[i]"):.3f} s, '
+                 f'pread {med("random/h5direct pread(.raw)"):.3f} s for {args.random} frames | |')
 if stream:
     lines.append('')
     lines.append(f'Streaming {stream[0]:.1f} GB through `frames.raw` with `-o cache_size=256M`: {stream[1]:.1f} s, '
