@@ -167,7 +167,7 @@ void apply_option(MountOptions& m, const std::string& item, const std::string& o
       m.fuse.subtype = v;
     } else if (key == "readahead_kb") {
       need_value();
-      m.fuse.readahead_kb = static_cast<unsigned>(parse_uint(key, v, 1, 1u << 20));
+      m.fuse.readahead_kb = static_cast<int>(parse_uint(key, v, 0, 1u << 20));
     } else if (key == "config") {
       need_value();
       if (origin != "-o") throw ConfigError("option config cannot be used inside a config file");
@@ -286,7 +286,8 @@ files under MOUNTPOINT (read-only unless -o rw).
   -o vds_missing=error|fill  reads touching a missing VDS source fail with EIO (default) or
                        read as the fill value
   -o prefetch_max=SIZE largest sequential prefetch window per open file (default 64M)
-  -o readahead_kb=N    kernel read-ahead for this mount (root only; default: kernel's, 128)
+  -o readahead_kb=N    kernel read-ahead for this mount in KiB (root only; default 1024 as
+                       root, 0 keeps the kernel's 128)
   -o run_view=auto|off|per_file  EuXFEL run view (default auto)
   -o debug             log which path served each read
   -o allow_other, allow_root, auto_unmount, fsname=NAME, subtype=NAME

@@ -64,6 +64,13 @@ std::string mount_device(const std::string& mnt) {
   return dev;
 }
 
+// The read-ahead to set: the option, or by default 1 MiB when the daemon can (root). Sequential
+// readers then keep more requests in flight (fuse-numpy.md: 3.5 -> 4.1 GB/s from memory).
+int effective_readahead_kb(int opt) {
+  if (opt >= 0) return opt;
+  return ::geteuid() == 0 ? 1024 : 0;
+}
+
 void set_readahead(const std::string& mnt, unsigned kb) {
   if (kb == 0) return;
   if (::geteuid() != 0) {
@@ -218,13 +225,14 @@ int run_mount(int argc, char** argv) {
       // The kernel lowers the mount's read-ahead to what INIT negotiated: raise it after INIT.
       std::atomic<bool> loop_done{false};
       std::thread ra;
-      if (m.fuse.readahead_kb) {
+      const int readahead_kb = effective_readahead_kb(m.fuse.readahead_kb);
+      if (readahead_kb > 0) {
         pthread_sigmask(SIG_BLOCK, &block, nullptr);
         ra = std::thread([&] {
           while (!ctx.initialized && !loop_done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
           if (loop_done) return;
           std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the INIT reply is written
-          if (!loop_done) set_readahead(m.mountpoint, m.fuse.readahead_kb);
+          if (!loop_done) set_readahead(m.mountpoint, static_cast<unsigned>(readahead_kb));
         });
         pthread_sigmask(SIG_SETMASK, &old, nullptr);
       }

@@ -10,7 +10,9 @@ struct FuseOptions {
   bool auto_unmount = false;  // fusermount3 unmounts when the daemon dies
   std::string fsname;         // empty: the source path
   std::string subtype = "h5direct";
-  unsigned readahead_kb = 0;  // 0: keep the kernel's default (128); root only (sysfs)
+  // Kernel read-ahead for the mount (root only: sysfs). -1 (default): 1024 KiB when the daemon
+  // runs as root, else the kernel's; 0: keep the kernel's default (128 KiB).
+  int readahead_kb = -1;
   // Files never change under a mount: cache names and attributes for a day.
   double entry_timeout = 86400.0;
   double attr_timeout = 86400.0;

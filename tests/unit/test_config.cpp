@@ -71,6 +71,8 @@ TEST_CASE("command line: positionals, -f, -o anywhere", "[config]") {
   CHECK(m3.fuse.fsname == "foo");
   CHECK(m3.fuse.subtype == "bar");
   CHECK(m3.fuse.readahead_kb == 1024);
+  CHECK(m2.fuse.readahead_kb == -1);  // default: decided at mount time (1024 as root)
+  CHECK(parse({"a", "b", "-o", "readahead_kb=0"}).fuse.readahead_kb == 0);
   CHECK(m3.vfs.run_view == h5d::vfs::RunViewMode::PerFile);
   CHECK(m3.vfs.prefetch_max == 8ull << 20);
 
