@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   const unsigned maxt = std::max(2u, std::thread::hardware_concurrency());
   std::printf("dataset: %llu frames of 512x128 uint16, shuffle+deflate(1), %.2f GB decoded, %d rounds (median)\n\n",
               static_cast<unsigned long long>(frames), gb, rounds);
-  std::printf("| reader | threads | seconds | GB/s | vs H5Dread |\n|---|---|---|---|---|\n");
+  std::printf("| reader | pool threads (the calling thread decodes too) | seconds | GB/s | vs H5Dread |\n|---|---|---|---|---|\n");
   // Interleave rounds of every configuration so noise hits them alike.
   std::vector<std::vector<double>> times(maxt + 1);
   for (int r = 0; r < rounds; ++r) {
