@@ -730,16 +730,18 @@ DatasetWriterPtr Writer::open_existing(const std::string& file, const std::strin
   return w;
 }
 
+void Writer::snapshot(std::vector<DatasetWriterPtr>& ds, std::vector<std::shared_ptr<FileState>>& files) {
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto& w : datasets_) {
+    if (auto p = w.lock()) ds.push_back(p);
+  }
+  for (auto& [p, f] : files_) files.push_back(f);
+}
+
 void Writer::flush_all() {
   std::vector<DatasetWriterPtr> ds;
   std::vector<std::shared_ptr<FileState>> files;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    for (auto& w : datasets_) {
-      if (auto p = w.lock()) ds.push_back(p);
-    }
-    for (auto& [p, f] : files_) files.push_back(f);
-  }
+  snapshot(ds, files);
   for (auto& w : ds) w->flush(false);
   auto lk = h5::lock();
   for (auto& f : files) {
@@ -751,13 +753,7 @@ void Writer::flush_all() {
 void Writer::close_all() {
   std::vector<DatasetWriterPtr> ds;
   std::vector<std::shared_ptr<FileState>> files;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    for (auto& w : datasets_) {
-      if (auto p = w.lock()) ds.push_back(p);
-    }
-    for (auto& [p, f] : files_) files.push_back(f);
-  }
+  snapshot(ds, files);
   std::string first_error;
   for (auto& w : ds) {
     try {

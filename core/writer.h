@@ -83,6 +83,8 @@ class Writer {
 
  private:
   std::shared_ptr<FileState> file_state(const std::string& path);  // Error(EPERM) when not ours
+  // The live dataset writers and the files, copied under mu_ (flush_all, close_all).
+  void snapshot(std::vector<DatasetWriterPtr>& ds, std::vector<std::shared_ptr<FileState>>& files);
 
   Engine& engine_;
   WriterOptions opts_;
