@@ -1,12 +1,16 @@
 #include "core/chunk_cache.h"
 
+#include <algorithm>
 #include <atomic>
 
 namespace h5d {
 
-ChunkCache::ChunkCache(uint64_t budget_bytes, unsigned shards) : budget_(budget_bytes) {
+ChunkCache::ChunkCache(uint64_t budget_bytes, unsigned shards, uint64_t consumed_bytes) : budget_(budget_bytes) {
   if (shards == 0) shards = 1;
   shard_budget_ = budget_bytes / shards;
+  consumed_budget_ = consumed_bytes == ~0ull ? std::min<uint64_t>(budget_bytes / 4, uint64_t(32) << 20)
+                                             : std::min(consumed_bytes, budget_bytes);
+  shard_consumed_budget_ = consumed_budget_ / shards;
   for (unsigned i = 0; i < shards; ++i) shards_.push_back(std::make_unique<Shard>());
 }
 
@@ -24,20 +28,67 @@ uint64_t ChunkCache::used() const {
   return u;
 }
 
+uint64_t ChunkCache::used_consumed() const {
+  uint64_t u = 0;
+  for (const auto& s : shards_) {
+    std::lock_guard<std::mutex> lk(s->mu);
+    u += s->used_done;
+  }
+  return u;
+}
+
+void ChunkCache::evict_back(Shard& s, List& from, bool consumed) {
+  auto& back = from.back();
+  const uint64_t sz = back.second->size();
+  s.used -= sz;
+  if (consumed) s.used_done -= sz;
+  s.map.erase(back.first);
+  from.pop_back();
+}
+
+void ChunkCache::trim(Shard& s) {
+  // The consumed list keeps its newest entry even when that alone exceeds its budget: the
+  // kernel's re-requests for a just-read chunk come right after the read.
+  while (s.done.size() > 1 && s.used_done > shard_consumed_budget_) evict_back(s, s.done, true);
+  while (s.used > shard_budget_ && !s.done.empty()) evict_back(s, s.done, true);
+  while (s.used > shard_budget_ && !s.hot.empty()) evict_back(s, s.hot, false);
+}
+
 void ChunkCache::insert(Shard& s, const ChunkKey& key, const ChunkBytes& value) {
   const uint64_t sz = value->size();
   // A chunk larger than a shard's budget is not kept (the caller still gets it).
   if (sz > shard_budget_) return;
   if (s.map.count(key)) return;
-  s.lru.emplace_front(key, value);
-  s.map[key] = s.lru.begin();
+  s.hot.emplace_front(key, value);
+  s.map[key] = Entry{s.hot.begin(), false};
   s.used += sz;
-  while (s.used > shard_budget_ && !s.lru.empty()) {
-    auto& back = s.lru.back();
-    s.used -= back.second->size();
-    s.map.erase(back.first);
-    s.lru.pop_back();
+  trim(s);
+}
+
+void ChunkCache::touch(Shard& s, Entry& e) {
+  if (e.consumed) {
+    s.used_done -= e.it->second->size();
+    e.consumed = false;
+    s.hot.splice(s.hot.begin(), s.done, e.it);
+  } else {
+    s.hot.splice(s.hot.begin(), s.hot, e.it);
   }
+}
+
+void ChunkCache::consumed(const ChunkKey& key) {
+  Shard& s = shard_of(key);
+  std::lock_guard<std::mutex> lk(s.mu);
+  auto it = s.map.find(key);
+  if (it == s.map.end()) return;
+  Entry& e = it->second;
+  if (e.consumed) {
+    s.done.splice(s.done.begin(), s.done, e.it);
+    return;
+  }
+  e.consumed = true;
+  s.used_done += e.it->second->size();
+  s.done.splice(s.done.begin(), s.hot, e.it);
+  trim(s);
 }
 
 ChunkBytes ChunkCache::peek(const ChunkKey& key) {
@@ -45,8 +96,8 @@ ChunkBytes ChunkCache::peek(const ChunkKey& key) {
   std::lock_guard<std::mutex> lk(s.mu);
   auto it = s.map.find(key);
   if (it == s.map.end()) return nullptr;
-  s.lru.splice(s.lru.begin(), s.lru, it->second);
-  return it->second->second;
+  touch(s, it->second);
+  return it->second.it->second;
 }
 
 bool ChunkCache::contains(const ChunkKey& key) {
@@ -62,9 +113,9 @@ ChunkBytes ChunkCache::get_or_load(const ChunkKey& key, const std::function<Chun
     std::unique_lock<std::mutex> lk(s.mu);
     auto it = s.map.find(key);
     if (it != s.map.end()) {
-      s.lru.splice(s.lru.begin(), s.lru, it->second);
+      touch(s, it->second);
       if (hit) *hit = true;
-      return it->second->second;
+      return it->second.it->second;
     }
     auto ld = s.loading.find(key);
     if (ld != s.loading.end()) {
