@@ -70,6 +70,17 @@ void ConcatArray::plan(const Region& r, const DestView& dst, ReadPlan& plan) con
   });
 }
 
+uint64_t ConcatArray::fetch_rows() const {
+  // A common unit only when every part's bands line up with the concatenation's.
+  uint64_t f = 0;
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    const uint64_t g = parts_[i].array->fetch_rows();
+    if (g == 0 || (f != 0 && g != f) || parts_[i].begin % g != 0 || offsets_[i] % g != 0) return 0;
+    f = g;
+  }
+  return f;
+}
+
 void ConcatArray::plan_prefetch(const Region& r, ReadPlan& plan) const {
   if (r.empty()) return;
   for_each_part(r, [&](const Part& p, const Region& sub, uint64_t) { p.array->plan_prefetch(sub, plan); });

@@ -34,6 +34,10 @@ class Array {
   virtual void plan_prefetch(const Region& r, ReadPlan& plan) const {}
   // For logs and error messages: "file.h5:/path/to/dset".
   virtual std::string describe() const = 0;
+  // Rows along axis 0 that are fetched together: reading any byte of the band of rows
+  // [k * fetch_rows, (k + 1) * fetch_rows) decodes all of it (compressed chunks), so the rest of
+  // the band is cheap to serve afterwards. 0: no such unit.
+  virtual uint64_t fetch_rows() const { return 0; }
 
   uint64_t nbytes() const { return product(shape()) * dtype().itemsize; }
 };
@@ -71,6 +75,7 @@ class ConcatArray final : public Array {
   void plan(const Region& r, const DestView& dst, ReadPlan& plan) const override;
   void plan_prefetch(const Region& r, ReadPlan& plan) const override;
   std::string describe() const override { return what_; }
+  uint64_t fetch_rows() const override;
   const std::vector<Part>& parts() const { return parts_; }
 
  private:

@@ -191,11 +191,13 @@ class ChunkedArray final : public DatasetArray {
         return;
       }
       fmt::ChunkLoc l = *loc;
-      plan.add([this, cc, lin, l, in_chunk, d] {
+      const bool to_end = reaches_chunk_end(cc, in_chunk);
+      plan.add([this, cc, lin, l, in_chunk, d, to_end] {
         ChunkBytes bytes = get_chunk(cc, lin, l);
         copy_region(in_chunk.count, dtype().itemsize,
                     bytes->data() + offset_in_chunk(in_chunk.start), c_strides(chunk_ext_, dtype().itemsize),
                     d.base, d.strides);
+        if (to_end) engine_.cache().consumed(ChunkKey{array_id_, lin});
       });
     });
     if (!runs.empty()) plan_runs(engine_, info_->file, st_.file_id, what_, runs, plan);
@@ -220,6 +222,8 @@ class ChunkedArray final : public DatasetArray {
       });
     });
   }
+
+  uint64_t fetch_rows() const override { return filtered_ && ds_rank_ > 0 ? chunk_ext_[0] : 0; }
 
   // Exposed for tests and benchmarks: the chunk map (loads it on first use).
   const fmt::ChunkMap& chunk_map() const { return context().map; }
@@ -287,6 +291,17 @@ class ChunkedArray final : public DatasetArray {
       }
       if (done) return;
     }
+  }
+
+  // Whether a read of `in_chunk` (coordinates within chunk `cc`) includes the chunk's last
+  // element inside the dataset: a reader going forward is done with the chunk.
+  bool reaches_chunk_end(const Shape& cc, const Region& in_chunk) const {
+    for (size_t k = 0; k < in_chunk.start.size(); ++k) {
+      const uint64_t valid = k < ds_rank_ ? std::min(chunk_ext_[k], info_->shape[k] - cc[k] * chunk_ext_[k])
+                                          : info_->shape[k];
+      if (in_chunk.start[k] + in_chunk.count[k] != valid) return false;
+    }
+    return true;
   }
 
   bool is_partial_edge(const Shape& cc) const {
