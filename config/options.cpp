@@ -145,6 +145,11 @@ void apply_option(MountOptions& m, const std::string& item, const std::string& o
     } else if (key == "prefetch_max") {
       need_value();
       m.vfs.prefetch_max = size_value();
+    } else if (key == "push") {
+      flag(m.fuse.push);
+    } else if (key == "prefetch_after") {
+      need_value();
+      m.vfs.prefetch_after = size_value();
     } else if (key == "run_view") {
       need_value();
       if (v == "auto") m.vfs.run_view = vfs::RunViewMode::Auto;
@@ -286,6 +291,10 @@ files under MOUNTPOINT (read-only unless -o rw).
   -o vds_missing=error|fill  reads touching a missing VDS source fail with EIO (default) or
                        read as the fill value
   -o prefetch_max=SIZE largest sequential prefetch window per open file (default 64M)
+  -o push=0|1          push the rest of partly read compressed chunks into the page cache
+                       (default 1)
+  -o prefetch_after=SIZE
+                       prefetch only once a read stream has gone this far (default 4M)
   -o readahead_kb=N    kernel read-ahead for this mount in KiB (root only; default 1024 as
                        root, 0 keeps the kernel's 128)
   -o run_view=auto|off|per_file  EuXFEL run view (default auto)

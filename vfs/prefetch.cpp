@@ -12,6 +12,7 @@ SequentialPrefetcher::Range SequentialPrefetcher::on_read(uint64_t off, uint64_t
                           off <= cursor_ + cfg_.seek_tolerance;
   if (!sequential) {
     started_ = true;
+    start_ = off;
     cursor_ = end;
     frontier_ = end;
     window_ = cfg_.initial;
@@ -21,6 +22,7 @@ SequentialPrefetcher::Range SequentialPrefetcher::on_read(uint64_t off, uint64_t
   cursor_ = std::max(cursor_, end);
   ++streak_;
   frontier_ = std::max(frontier_, cursor_);
+  if (cursor_ - std::min(start_, cursor_) < cfg_.after) return {};
   if (frontier_ >= file_size || frontier_ >= cursor_ + window_ / 2) return {};
   const uint64_t target = std::min(cursor_ + window_, file_size);
   Range r{frontier_, target - frontier_};

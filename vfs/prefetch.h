@@ -7,8 +7,11 @@
 // `window` bytes decoded ahead of the reader: when the prefetched frontier is less than half a
 // window ahead, it asks for [frontier, read_end + window) and doubles the window (up to `max`).
 // Backpressure is the engine's: prefetch_bytes drops work when its pool is saturated, so the
-// prefetcher never runs far ahead. The first read after open or a seek prefetches nothing (a
-// single random read should not trigger decoding of its neighbours).
+// prefetcher never runs far ahead. Nothing is prefetched until the stream has gone `after`
+// bytes: the kernel's mmap read-around turns one random page fault into two or three contiguous
+// requests (a window centred on the fault, then an asynchronous read-ahead), which look
+// sequential but are not a stream; prefetching behind them decoded about four chunks per
+// randomly read frame.
 #pragma once
 #include <cstdint>
 #include <mutex>
@@ -21,6 +24,7 @@ class SequentialPrefetcher {
     uint64_t initial = (1ull << 20) + (128ull << 10);
     uint64_t max = 64ull << 20;
     uint64_t seek_tolerance = 1ull << 20;
+    uint64_t after = 4ull << 20;
   };
   struct Range {
     uint64_t off = 0, len = 0;  // len 0: nothing to prefetch
@@ -37,6 +41,7 @@ class SequentialPrefetcher {
   Config cfg_;
   mutable std::mutex mu_;  // guards everything below
   bool started_ = false;
+  uint64_t start_ = 0;     // where the current stream began
   uint64_t cursor_ = 0;    // end of the furthest read of the current stream
   uint64_t frontier_ = 0;  // end of what has been asked for
   uint64_t window_;

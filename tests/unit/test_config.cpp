@@ -63,7 +63,7 @@ TEST_CASE("command line: positionals, -f, -o anywhere", "[config]") {
   CHECK_FALSE(m2.foreground);
 
   auto m3 = parse({"a", "b", "-o", "vds_missing=fill,debug,allow_other,auto_unmount,fsname=foo,"
-                                   "subtype=bar,readahead_kb=1024,run_view=per_file,prefetch_max=8M"});
+                                   "subtype=bar,readahead_kb=1024,run_view=per_file,prefetch_max=8M,prefetch_after=3M"});
   CHECK(m3.engine.vds_missing_fill);
   CHECK(m3.debug);
   CHECK(m3.fuse.allow_other);
@@ -75,6 +75,7 @@ TEST_CASE("command line: positionals, -f, -o anywhere", "[config]") {
   CHECK(parse({"a", "b", "-o", "readahead_kb=0"}).fuse.readahead_kb == 0);
   CHECK(m3.vfs.run_view == h5d::vfs::RunViewMode::PerFile);
   CHECK(m3.vfs.prefetch_max == 8ull << 20);
+  CHECK(m3.vfs.prefetch_after == 3ull << 20);
 
   CHECK(parse({"--help"}).help);
   CHECK(parse({"-V"}).version);
