@@ -10,13 +10,19 @@ namespace h5d::vfs {
 namespace {
 
 constexpr size_t kMagicLen = 8;   // "\x93NUMPY" + major + minor
-constexpr size_t kAlign = 64;
+constexpr size_t kNumpyAlign = 64;
+constexpr size_t kNumpyMaxHeader = 10000;  // numpy.lib.format._MAX_HEADER_SIZE
 constexpr size_t kGrowthAxisMaxDigits = 21;  // numpy's GROWTH_AXIS_MAX_DIGITS
 
-std::string wrap(const std::string& dict, int major) {
+size_t pad_for(size_t dict_size, size_t len_bytes, size_t align) {
+  const size_t hlen = dict_size + 1;  // + '\n'
+  return align - ((kMagicLen + len_bytes + hlen) % align);
+}
+
+std::string wrap(const std::string& dict, int major, size_t align) {
   const size_t len_bytes = major == 1 ? 2 : 4;
   const size_t hlen = dict.size() + 1;  // + '\n'
-  const size_t padlen = kAlign - ((kMagicLen + len_bytes + hlen) % kAlign);
+  const size_t padlen = pad_for(dict.size(), len_bytes, align);
   const uint64_t total = hlen + padlen;
   std::string out = "\x93NUMPY";
   out += static_cast<char>(major);
@@ -45,7 +51,7 @@ std::string npy_dict(const DType& dtype, const Shape& shape) {
          py_shape(shape) + ", }";
 }
 
-std::string npy_header(const DType& dtype, const Shape& shape) {
+std::string npy_header(const DType& dtype, const Shape& shape, size_t align) {
   std::string dict = npy_dict(dtype, shape);
   if (!shape.empty()) {
     const size_t digits = std::to_string(shape[0]).size();
@@ -53,10 +59,13 @@ std::string npy_header(const DType& dtype, const Shape& shape) {
   }
   bool ascii = true;
   for (unsigned char c : dict) ascii = ascii && c < 0x80;
-  if (!ascii) return wrap(dict, 3);  // UTF-8 field names
+  if (align == 0 || align % kNumpyAlign != 0) align = kNumpyAlign;
+  const size_t len_bytes = ascii ? 2 : 4;
+  if (dict.size() + 1 + pad_for(dict.size(), len_bytes, align) > kNumpyMaxHeader) align = kNumpyAlign;
+  if (!ascii) return wrap(dict, 3, align);  // UTF-8 field names
   const size_t hlen = dict.size() + 1;
-  const size_t padlen = kAlign - ((kMagicLen + 2 + hlen) % kAlign);
-  return wrap(dict, hlen + padlen <= 0xffff ? 1 : 2);
+  const size_t padlen = pad_for(dict.size(), 2, align);
+  return wrap(dict, hlen + padlen <= 0xffff ? 1 : 2, align);
 }
 
 size_t npy_header_length(const std::string& p) {

@@ -1,8 +1,12 @@
-// The .npy header of an array, byte for byte as numpy (>= 1.24) writes it: magic, version, header
-// length, then the dict `{'descr': ..., 'fortran_order': False, 'shape': (...), }` padded with
-// spaces (including numpy's spare room for growing axis 0) and a newline so that the data starts
-// at a multiple of 64 bytes. Version 1.0 when the header fits a 16-bit length, else 2.0; 3.0
-// (UTF-8) when a field name is not ASCII.
+// The .npy header of an array as numpy (>= 1.24) writes it: magic, version, header length, then
+// the dict `{'descr': ..., 'fortran_order': False, 'shape': (...), }` padded with spaces
+// (including numpy's spare room for growing axis 0) and a newline. numpy pads so that the data
+// start at a multiple of 64 bytes; h5direct pads further, to a multiple of 4096 (a page), so that
+// the data and every chunk-aligned frame in them start on a page boundary: page-cache requests
+// (and mmap faults) then line up with chunks instead of straddling two. That stays within the
+// 10,000-byte header numpy accepts by default; headers that would not fall back to numpy's 64.
+// Version 1.0 when the header fits a 16-bit length, else 2.0; 3.0 (UTF-8) when a field name is
+// not ASCII.
 #pragma once
 #include <string>
 
@@ -15,8 +19,9 @@ namespace h5d::vfs {
 std::string npy_dict(const DType& dtype, const Shape& shape);
 // Python repr of a shape tuple: "()", "(5,)", "(3, 4)".
 std::string py_shape(const Shape& shape);
-// Complete header (magic to newline); its size is the data offset (a multiple of 64).
-std::string npy_header(const DType& dtype, const Shape& shape);
+// Complete header (magic to newline); its size is the data offset: a multiple of `align` (4096 by
+// default, 64 where 4096 would exceed numpy's header limit). align = 64 gives numpy's bytes.
+std::string npy_header(const DType& dtype, const Shape& shape, size_t align = 4096);
 
 // ---- Reading a header being written (rw mounts) ------------------------------------------------
 struct NpyHeader {
