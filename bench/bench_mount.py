@@ -112,8 +112,11 @@ class Mounted:
 
 
 class Ceiling(Mounted):
-    def __init__(self, size):
-        self.proc = subprocess.Popen([CEIL, mnt, str(size)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # readahead_kb: the mount's read-ahead (root only), set while INIT is answered the way
+    # h5direct sets its own; 0 keeps the kernel's default (128 KiB).
+    def __init__(self, size, readahead_kb=0):
+        cmd = [CEIL, mnt, str(size)] + ([str(readahead_kb)] if readahead_kb and os.geteuid() == 0 else [])
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         t0 = time.monotonic()
         while not osp.ismount(mnt):
             if self.proc.poll() is not None or time.monotonic() - t0 > 20:
@@ -176,13 +179,14 @@ for rnd in range(args.rounds):
             record(f'{kind}/h5direct read()', timed(lambda: read_all(osp.join(mnt, 'frames.h5', kind + '.raw'), rawbuf)))
         assert bytes(rawbuf[:4096]) == reference.tobytes()[:4096]
         if kind == 'uncompressed':
-            with Ceiling(nbytes):
-                record(f'{kind}/FUSE ceiling read()', timed(lambda: read_all(osp.join(mnt, 'data'), rawbuf)))
-            with Ceiling(nbytes):
-                def ceil_mm():
-                    a = np.memmap(osp.join(mnt, 'data'), mode='r', dtype='<u2', shape=dest.shape)
-                    dest[...] = a
-                record(f'{kind}/FUSE ceiling np.memmap', timed(ceil_mm))
+            for ra, tag in ((0, ''), (1024, ', 1 MiB read-ahead')):
+                with Ceiling(nbytes, ra):
+                    record(f'{kind}/FUSE ceiling{tag} read()', timed(lambda: read_all(osp.join(mnt, 'data'), rawbuf)))
+                with Ceiling(nbytes, ra):
+                    def ceil_mm():
+                        a = np.memmap(osp.join(mnt, 'data'), mode='r', dtype='<u2', shape=dest.shape)
+                        dest[...] = a
+                    record(f'{kind}/FUSE ceiling{tag} np.memmap', timed(ceil_mm))
     if 'random' not in skip:
         idx = np.random.default_rng(rnd).integers(0, args.frames, args.random)
         with h5py.File(path, 'r') as f:
@@ -235,10 +239,12 @@ if 'uncompressed' not in skip:
     row('uncompressed, first read', 'h5py read_direct', 'uncompressed/h5py read_direct')
     row('uncompressed, first read', 'h5direct np.load(mmap) copy', 'uncompressed/h5direct np.load(mmap)')
     row('uncompressed, first read', 'h5direct read()', 'uncompressed/h5direct read()')
-    row('uncompressed, first read', 'FUSE ceiling read()', 'uncompressed/FUSE ceiling read()')
-    row('uncompressed, first read', 'FUSE ceiling np.memmap copy', 'uncompressed/FUSE ceiling np.memmap')
-    ratio['uncompressed read() vs ceiling read()'] = med('uncompressed/FUSE ceiling read()') / med('uncompressed/h5direct read()')
-    ratio['uncompressed mmap vs ceiling memmap'] = med('uncompressed/FUSE ceiling np.memmap') / med('uncompressed/h5direct np.load(mmap)')
+    for tag in ('', ', 1 MiB read-ahead'):
+        row('uncompressed, first read', f'FUSE ceiling{tag} read()', f'uncompressed/FUSE ceiling{tag} read()')
+        row('uncompressed, first read', f'FUSE ceiling{tag} np.memmap copy', f'uncompressed/FUSE ceiling{tag} np.memmap')
+    for tag, what in (('', 'kernel read-ahead'), (', 1 MiB read-ahead', '1 MiB read-ahead')):
+        ratio[f'uncompressed read() vs ceiling read() ({what})'] = med(f'uncompressed/FUSE ceiling{tag} read()') / med('uncompressed/h5direct read()')
+        ratio[f'uncompressed mmap vs ceiling memmap ({what})'] = med(f'uncompressed/FUSE ceiling{tag} np.memmap') / med('uncompressed/h5direct np.load(mmap)')
 if 'random' not in skip:
     ratio['random frames, np.load(mmap)[i] vs h5py dset[i]'] = med('random/h5py dset[i]') / med('random/h5direct np.load(mmap)[i]')
     ratio['random frames, pread(.raw) vs h5py dset[i]'] = med('random/h5py dset[i]') / med('random/h5direct pread(.raw)')

@@ -1,7 +1,9 @@
 // The FUSE ceiling for benchmarks: a bare low-level FUSE filesystem serving one file, `data`,
 // from memory (no decoding, no I/O), configured like h5direct (cached mode, multi-threaded
 // loop). Whatever h5direct does per request costs on top of this.
-// Usage: fuse_ceiling MOUNTPOINT SIZE_BYTES   (stays in the foreground; fusermount3 -u to stop)
+// Usage: fuse_ceiling MOUNTPOINT SIZE_BYTES [READAHEAD_KB]
+//   (stays in the foreground; fusermount3 -u to stop). READAHEAD_KB (root only) raises the
+//   mount's read-ahead while INIT is handled, the way h5direct does by default as root.
 #define FUSE_USE_VERSION 34
 #include <fuse_lowlevel.h>
 
@@ -9,10 +11,29 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <sys/stat.h>
 #include <vector>
 
 static std::vector<char> g_data;
+static std::string g_mnt;
+static unsigned g_readahead_kb = 0;
+
+static void op_init(void*, fuse_conn_info* conn) {
+  if (g_readahead_kb == 0) return;
+  conn->max_readahead = g_readahead_kb * 1024u;
+  std::ifstream mi("/proc/self/mountinfo");
+  std::string line, dev;
+  while (std::getline(mi, line)) {
+    std::istringstream ls(line);
+    std::string id, parent, majmin, root, point;
+    ls >> id >> parent >> majmin >> root >> point;
+    if (point == g_mnt) dev = majmin;
+  }
+  std::ofstream("/sys/class/bdi/" + dev + "/read_ahead_kb") << g_readahead_kb << "\n";
+}
 
 static void fill_attr(fuse_ino_t ino, struct stat* st) {
   std::memset(st, 0, sizeof *st);
@@ -72,8 +93,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   g_data.resize(std::strtoull(argv[2], nullptr, 10));
+  g_mnt = argv[1];
+  if (argc > 3) g_readahead_kb = static_cast<unsigned>(std::strtoul(argv[3], nullptr, 10));
   for (size_t i = 0; i < g_data.size(); i += 4096) g_data[i] = static_cast<char>(i >> 12);
   fuse_lowlevel_ops ops{};
+  ops.init = op_init;
   ops.lookup = op_lookup;
   ops.getattr = op_getattr;
   ops.open = op_open;

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -13,6 +14,32 @@
 #include "core/log.h"
 
 namespace h5d::fusefs {
+
+void ReadsInFlight::add(uint64_t ino, uint64_t off, uint64_t end) {
+  std::lock_guard<std::mutex> lk(mu_);
+  reads_.push_back({ino, off, end});
+}
+
+void ReadsInFlight::remove(uint64_t ino, uint64_t off, uint64_t end) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (size_t i = 0; i < reads_.size(); ++i) {
+    if (reads_[i].ino == ino && reads_[i].off == off && reads_[i].end == end) {
+      reads_[i] = reads_.back();
+      reads_.pop_back();
+      return;
+    }
+  }
+}
+
+uint64_t ReadsInFlight::clip(uint64_t ino, uint64_t from, uint64_t to) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (const R& r : reads_) {
+    if (r.ino != ino || r.end <= from || r.off >= to) continue;
+    to = std::max(from, std::min(to, r.off));
+  }
+  return to;
+}
+
 namespace {
 
 Context& ctx(fuse_req_t req) { return *static_cast<Context*>(fuse_req_userdata(req)); }
@@ -67,7 +94,9 @@ void guarded(fuse_req_t req, const char* op, uint64_t ino, Fn&& fn) {
 }
 
 void op_init(void* userdata, fuse_conn_info* conn) {
-  static_cast<Context*>(userdata)->initialized = true;
+  Context& c = *static_cast<Context*>(userdata);
+  if (c.at_init) c.at_init(c, conn);
+  c.initialized = true;
   // We do not implement readdirplus; let the kernel use plain readdir + lookup.
   conn->want &= ~FUSE_CAP_READDIRPLUS;
   conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
@@ -124,8 +153,42 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fi->direct_io = f->direct_io;
     fi->keep_cache = f->keep_cache;
     fi->fh = reinterpret_cast<uint64_t>(f.get());
+    Context& c = ctx(req);
+    if (c.set_readahead && c.readahead_kb > 0) {
+      // Best effort: two opens answered at the same moment may see each other's value.
+      const unsigned kb = f->decodes && c.opts.push ? 4u : c.readahead_kb;
+      std::lock_guard<std::mutex> lk(c.readahead_mu);
+      if (c.readahead_now != kb) {
+        c.set_readahead(c, kb);
+        c.readahead_now = kb;
+      }
+    }
     if (fuse_reply_open(req, fi) == 0) f.release();  // else the request was interrupted
   });
+}
+
+// Pushes what `f` says the read of [off, off + n) made cheap into the page cache, before the
+// reply: the reader, once woken, finds those pages cached (and the kernel's read-ahead skips
+// them). Best effort: any failure only means the kernel asks for the pages itself.
+void push_after(Context& c, fuse_ino_t ino, vfs::OpenFile& f, uint64_t off, size_t n) {
+  const vfs::OpenFile::Range r = f.cheap_after(off, n);
+  if (r.len == 0) return;
+  const uint64_t to = c.reads.clip(ino, r.off, r.off + r.len);
+  if (to <= r.off) return;
+  thread_local std::vector<char> buf;
+  try {
+    if (buf.size() < to - r.off) buf.resize(to - r.off);
+    const size_t m = f.read_for_push(r.off, to - r.off, buf.data());
+    if (m == 0) return;
+    fuse_bufvec bv = FUSE_BUFVEC_INIT(m);
+    bv.buf[0].mem = buf.data();
+    const int rc = fuse_lowlevel_notify_store(c.se, ino, static_cast<off_t>(r.off), &bv, static_cast<fuse_buf_copy_flags>(0));
+    if (rc != 0 && log::debug_enabled())
+      log::debug("push of inode " + std::to_string(ino) + " failed: " + std::strerror(-rc));
+  } catch (const std::exception& e) {
+    log::debug(std::string("push skipped: ") + e.what());  // the reader's own read reports errors
+  }
+  if (buf.capacity() > (size_t(16) << 20)) std::vector<char>().swap(buf);
 }
 
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
@@ -133,7 +196,16 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
     thread_local std::vector<char> buf;
     if (buf.size() < size) buf.resize(size);
     auto* f = reinterpret_cast<vfs::OpenFile*>(fi->fh);
-    const size_t n = fs(req).read(*f, static_cast<uint64_t>(off), size, buf.data());
+    Context& c = ctx(req);
+    const uint64_t o = static_cast<uint64_t>(off);
+    struct InFlight {
+      ReadsInFlight& reads;
+      uint64_t ino, off, end;
+      ~InFlight() { reads.remove(ino, off, end); }
+    } in_flight{c.reads, ino, o, o + size};
+    c.reads.add(ino, o, o + size);
+    const size_t n = fs(req).read(*f, o, size, buf.data());
+    if (c.opts.push && c.se && f->decodes && n == size && !fs(req).writable()) push_after(c, ino, *f, o, n);
     fuse_reply_buf(req, buf.data(), n);
   });
 }

@@ -6,19 +6,52 @@
 #include <fuse_lowlevel.h>
 
 #include <atomic>
+#include <cstdint>
 #include <exception>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "fusefs/options.h"
 #include "vfs/vfs.h"
 
 namespace h5d::fusefs {
 
+// Byte ranges of the reads being served: a push into the page cache must not touch pages an
+// in-flight read holds locked (it would wait for that read's reply).
+class ReadsInFlight {
+ public:
+  void add(uint64_t ino, uint64_t off, uint64_t end);
+  void remove(uint64_t ino, uint64_t off, uint64_t end);
+  // The end of the push [from, to) cut before the first in-flight read of `ino` it overlaps
+  // (from when one overlaps its start).
+  uint64_t clip(uint64_t ino, uint64_t from, uint64_t to);
+
+ private:
+  struct R {
+    uint64_t ino, off, end;
+  };
+  std::mutex mu_;  // guards reads_
+  std::vector<R> reads_;
+};
+
 // The session's userdata. `vfs` is set before the session loop starts (after daemonizing).
 struct Context {
   vfs::Vfs* vfs = nullptr;
   FuseOptions opts;
   std::atomic<bool> initialized{false};  // set when the kernel's INIT request has been handled
+  // Called while the kernel's INIT request is handled, before the reply: no other request can
+  // arrive before it returns (the mount's read-ahead is raised here, fusefs/mount.cpp).
+  void (*at_init)(Context&, fuse_conn_info*) = nullptr;
+  std::string mountpoint;
+  unsigned readahead_kb = 0;  // 0: the kernel's default
+  fuse_session* se = nullptr;  // for notify_store (set before the loop starts)
+  // Sets the mount's read-ahead (KiB) right before an open is answered: the kernel gives the
+  // open file the mount's read-ahead of that moment (fusefs/mount.cpp). nullptr: not root.
+  void (*set_readahead)(Context&, unsigned kb) = nullptr;
+  std::mutex readahead_mu;  // guards readahead_now
+  unsigned readahead_now = 0;
+  ReadsInFlight reads;
 };
 
 const fuse_lowlevel_ops& operations();

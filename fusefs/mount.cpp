@@ -71,25 +71,42 @@ int effective_readahead_kb(int opt) {
   return ::geteuid() == 0 ? 1024 : 0;
 }
 
-void set_readahead(const std::string& mnt, unsigned kb) {
-  if (kb == 0) return;
+// Writes the mount's read-ahead to sysfs; false when it cannot (not root, no device).
+bool set_readahead(const std::string& mnt, unsigned kb, bool verbose = true) {
+  if (kb == 0) return false;
   if (::geteuid() != 0) {
     log::warn("readahead_kb needs root; keeping the kernel's default");
-    return;
+    return false;
   }
-  const std::string dev = mount_device(mnt);
-  if (dev.empty()) {
-    log::warn("readahead_kb: cannot find the mount's device in /proc/self/mountinfo");
-    return;
+  static std::string path;  // the mount's sysfs file, found once (this process serves one mount)
+  if (path.empty()) {
+    const std::string dev = mount_device(mnt);
+    if (dev.empty()) {
+      log::warn("readahead_kb: cannot find the mount's device in /proc/self/mountinfo");
+      return false;
+    }
+    path = "/sys/class/bdi/" + dev + "/read_ahead_kb";
   }
-  const std::string path = "/sys/class/bdi/" + dev + "/read_ahead_kb";
   std::ofstream out(path);
   out << kb << "\n";
   out.flush();
   if (!out) {
     log::warn("readahead_kb: cannot write " + path);
-  } else {
-    log::info("read-ahead of " + mnt + " set to " + std::to_string(kb) + " KiB (" + path + ")");
+    return false;
+  }
+  if (verbose) log::info("read-ahead of " + mnt + " set to " + std::to_string(kb) + " KiB (" + path + ")");
+  return true;
+}
+
+// Runs while INIT is handled, before its reply: the kernel sets the mount's read-ahead to
+// min(its current value, the reply's max_readahead), so both are raised here, and no file can be
+// opened (with the kernel's default read-ahead fixed for that open file) before it is done.
+void raise_readahead(Context& c, fuse_conn_info* conn) {
+  if (c.readahead_kb == 0) return;
+  conn->max_readahead = c.readahead_kb * 1024u;
+  if (set_readahead(c.mountpoint, c.readahead_kb)) {
+    c.readahead_now = c.readahead_kb;
+    c.set_readahead = [](Context& cx, unsigned kb) { set_readahead(cx.mountpoint, kb, false); };
   }
 }
 
@@ -173,10 +190,14 @@ int run_mount(int argc, char** argv) {
 
   Context ctx;
   ctx.opts = m.fuse;
+  ctx.mountpoint = m.mountpoint;
+  ctx.readahead_kb = static_cast<unsigned>(std::max(0, effective_readahead_kb(m.fuse.readahead_kb)));
+  ctx.at_init = raise_readahead;
   std::unique_ptr<fuse_session, SessionDeleter> se(
       fuse_session_new(&args, &operations(), sizeof(fuse_lowlevel_ops), &ctx));
   fuse_opt_free_args(&args);
   if (!se) return die("error: cannot create the FUSE session (see the message above)");
+  ctx.se = se.get();
   if (fuse_set_signal_handlers(se.get()) != 0) return die("error: cannot install signal handlers");
   if (fuse_session_mount(se.get(), m.mountpoint.c_str()) != 0) {
     fuse_remove_signal_handlers(se.get());
@@ -222,20 +243,6 @@ int run_mount(int argc, char** argv) {
     if (status == 0) {
       ctx.vfs = fs.get();
       log::info("serving " + m.source + " at " + m.mountpoint);
-      // The kernel lowers the mount's read-ahead to what INIT negotiated: raise it after INIT.
-      std::atomic<bool> loop_done{false};
-      std::thread ra;
-      const int readahead_kb = effective_readahead_kb(m.fuse.readahead_kb);
-      if (readahead_kb > 0) {
-        pthread_sigmask(SIG_BLOCK, &block, nullptr);
-        ra = std::thread([&] {
-          while (!ctx.initialized && !loop_done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-          if (loop_done) return;
-          std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the INIT reply is written
-          if (!loop_done) set_readahead(m.mountpoint, static_cast<unsigned>(readahead_kb));
-        });
-        pthread_sigmask(SIG_SETMASK, &old, nullptr);
-      }
       fuse_loop_config* cfg = fuse_loop_cfg_create();
       fuse_loop_cfg_set_clone_fd(cfg, 0);
       fuse_loop_cfg_set_max_threads(cfg, m.fuse.max_threads);
@@ -245,8 +252,6 @@ int run_mount(int argc, char** argv) {
       status = r < 0 ? 1 : 0;
       if (r < 0) log::error(std::string("session loop failed: ") + std::strerror(-r));
       fuse_loop_cfg_destroy(cfg);
-      loop_done = true;
-      if (ra.joinable()) ra.join();
     }
     // Unmount: everything pending reaches the files, which are closed (H5Fflush, H5Fclose).
     if (writer) {

@@ -20,6 +20,10 @@ struct FuseOptions {
   // keep enough of them (and keep them: idle threads are cheap, re-creating them is not).
   unsigned max_threads = 64;
   unsigned max_idle_threads = 64;
+  // After a read that decoded compressed chunks it only partly returns, push the rest of those
+  // chunks into the kernel's page cache (fuse_lowlevel_notify_store): a reader that faults one
+  // page at a time (mmap with little read-ahead) then costs one request per chunk.
+  bool push = true;
 };
 
 }  // namespace h5d::fusefs

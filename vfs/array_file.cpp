@@ -46,9 +46,38 @@ class ArrayOpenFile final : public OpenFile {
       : node_(node),
         array_(std::move(array)),
         prefetcher_({node.ctx_.opts.prefetch_initial, node.ctx_.opts.prefetch_max,
-                     node.ctx_.opts.prefetch_seek_tolerance}) {}
+                     node.ctx_.opts.prefetch_seek_tolerance, node.ctx_.opts.prefetch_after}) {
+    decodes = array_ && array_->fetch_rows() > 0;
+  }
 
-  size_t read(uint64_t off, size_t size, char* buf) override {
+  size_t read(uint64_t off, size_t size, char* buf) override { return read_impl(off, size, buf, true); }
+  size_t read_for_push(uint64_t off, size_t size, char* buf) override { return read_impl(off, size, buf, false); }
+
+  Range cheap_after(uint64_t off, size_t n) const override {
+    const uint64_t header = node_.header_.size();
+    if (!array_ || n == 0 || off + n <= header) return {};
+    const uint64_t rows = array_->fetch_rows();
+    if (rows == 0) return {};
+    const Shape& shape = array_->shape();
+    uint64_t row_bytes = array_->dtype().itemsize;
+    for (size_t k = 1; k < shape.size(); ++k) row_bytes *= shape[k];
+    const uint64_t band = rows * row_bytes;
+    const uint64_t end = off + n - header;  // data offset where the read stopped
+    if (band == 0 || end % band == 0 || end >= node_.data_size_) return {};
+    // Whole pages only (the kernel takes no partial page), up to the band's end or the file's.
+    constexpr uint64_t kPage = 4096;
+    const uint64_t from = (off + n + kPage - 1) / kPage * kPage;
+    uint64_t to = header + std::min(node_.data_size_, (end / band + 1) * band);
+    if (to != node_.size()) to = to / kPage * kPage;
+    to = std::min(to, from + kMaxPush);
+    if (to <= from) return {};
+    return {from, to - from};
+  }
+
+ private:
+  static constexpr uint64_t kMaxPush = 8ull << 20;
+
+  size_t read_impl(uint64_t off, size_t size, char* buf, bool reader) {
     const std::string& header = node_.header_;
     const uint64_t total = node_.size();
     if (off >= total || size == 0) return 0;
@@ -76,6 +105,7 @@ class ArrayOpenFile final : public OpenFile {
                              " data bytes [" + std::to_string(doff) + ", " +
                              std::to_string(doff + dlen) + ")");
       }
+      if (!reader) return end - off;
       auto ahead = prefetcher_.on_read(doff, dlen, node_.data_size_);
       if (ahead.len > 0) {
         try {
@@ -88,7 +118,6 @@ class ArrayOpenFile final : public OpenFile {
     return end - off;
   }
 
- private:
   const ArrayFileNode& node_;  // kept alive by the inode table
   ArrayPtr array_;
   SequentialPrefetcher prefetcher_;

@@ -88,8 +88,27 @@ class OpenFile {
   virtual ~OpenFile() = default;
   // Reads up to `size` bytes at `off` into buf; returns the count (short only at end of file).
   virtual size_t read(uint64_t off, size_t size, char* buf) = 0;
+  // After a read of [off, off + n): bytes right after it that the read made cheap to serve (the
+  // rest of the compressed chunks it decoded), which the kernel will want if the reader goes on.
+  // The FUSE adapter pushes them into the page cache, so that a reader faulting one page at a time
+  // (mmap) costs one request per chunk, not one per page. {0, 0}: nothing.
+  struct Range {
+    uint64_t off = 0, len = 0;
+  };
+  virtual Range cheap_after(uint64_t off, size_t n) const {
+    (void)off;
+    (void)n;
+    return {};
+  }
+  // read() for such a push: the same bytes, but not counted as the reader's progress (no
+  // prefetch decisions).
+  virtual size_t read_for_push(uint64_t off, size_t size, char* buf) { return read(off, size, buf); }
   bool direct_io = false;  // only for files whose content changes (stats.json)
   bool keep_cache = true;  // files never change under a mount
+  // Reads of this file decode compressed chunks: the kernel's read-ahead (which asks for whole
+  // windows around a fault) only makes it decode neighbours; the adapter gives such files a
+  // minimal read-ahead and pushes the rest of decoded chunks instead (cheap_after).
+  bool decodes = false;
   // Writable open files (rw mounts, vfs/writable.cpp). Defaults: Error(EBADF) / nothing to do.
   // write() returns the count written (always `size`); flush() runs on close (FUSE flush and
   // release) and fsync (durable: data reach the disk).

@@ -1,0 +1,87 @@
+"""How numpy and plain programs really read: random frames through mmap, sequential copies,
+reads at odd offsets, on compressed frames whose chunks hold one or several frames. With push
+(the rest of a decoded chunk goes into the page cache) and per-file read-ahead, every byte must
+still be h5py's, and a random frame read through mmap must decode about one chunk."""
+import os
+import os.path as osp
+
+import h5py
+import numpy as np
+import pytest
+
+import h5d_testlib as tl
+
+FRAME = (64, 256)  # 32 KiB of uint16
+N = 240
+
+
+@pytest.fixture(scope='module')
+def src():
+    d = tl.make_tmpdir('access-src-')
+    rng = np.random.default_rng(7)
+    data = (1000 + rng.normal(0, 8, size=(N,) + FRAME)).astype('<u2')
+    with h5py.File(osp.join(d, 'frames.h5'), 'w') as f:
+        f.create_dataset('one', data=data, chunks=(1,) + FRAME, shuffle=True, compression='gzip',
+                         compression_opts=1)
+        f.create_dataset('three', data=data, chunks=(3, 32, 256), shuffle=True, compression='gzip')
+        f.create_dataset('odd', data=data[:, :, :255].copy(), chunks=(7, 64, 255), compression='gzip')
+        f.create_dataset('plain', data=data, chunks=(1,) + FRAME)
+    return {'dir': d, 'data': data}
+
+
+def expected(src, name):
+    with h5py.File(osp.join(src['dir'], 'frames.h5'), 'r') as f:
+        return f[name][()]
+
+
+@pytest.mark.parametrize('name', ['one', 'three', 'odd', 'plain'])
+def test_random_frames_sequential_copies_and_odd_reads(src, name):
+    exp = expected(src, name)
+    rng = np.random.default_rng(3)
+    m = tl.Mount(src['dir'])
+    try:
+        npy = m.path('frames.h5', name + '.npy')
+        a = np.load(npy, mmap_mode='r')
+        for i in rng.integers(0, N, 60):
+            assert np.array_equal(a[int(i)], exp[int(i)]), i
+        # partial frames and rows, then everything (pages pushed earlier are read back here)
+        for i in rng.integers(0, N, 20):
+            assert np.array_equal(a[int(i), 10:40, 3:200], exp[int(i), 10:40, 3:200])
+        out = np.empty_like(exp)
+        out[...] = a
+        assert np.array_equal(out, exp)
+        del a
+        raw = m.path('frames.h5', name + '.raw')
+        whole = exp.tobytes()
+        fd = os.open(raw, os.O_RDONLY)
+        try:
+            for _ in range(60):
+                off = int(rng.integers(0, len(whole)))
+                ln = int(rng.choice([1, 7, 4096, 5000, 32768, 100000]))
+                assert os.pread(fd, ln, off) == whole[off:off + ln]
+        finally:
+            os.close(fd)
+        assert m.stats()['error_replies'] == {}
+    finally:
+        m.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason='per-file read-ahead needs root (sysfs)')
+def test_random_mmap_frame_decodes_about_one_chunk(src):
+    exp = expected(src, 'one')
+    m = tl.Mount(src['dir'])
+    try:
+        a = np.load(m.path('frames.h5', 'one.npy'), mmap_mode='r')
+        idx = np.random.default_rng(11).permutation(N)[:50]
+        out = np.empty(FRAME, '<u2')
+        for i in idx:
+            out[...] = a[int(i)]
+            assert np.array_equal(out, exp[int(i)])
+        del a
+        s = m.stats()
+        # The kernel's read-around alone would ask for a window of neighbours around every fault
+        # (3 to 9 chunks per frame); with push and a minimal read-ahead it is one.
+        assert s['chunks_decoded'] <= len(idx) + 3, s
+        assert s['chunks_prefetched'] == 0, s
+    finally:
+        m.close()
