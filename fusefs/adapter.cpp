@@ -183,6 +183,7 @@ void push_after(Context& c, fuse_ino_t ino, vfs::OpenFile& f, uint64_t off, size
     fuse_bufvec bv = FUSE_BUFVEC_INIT(m);
     bv.buf[0].mem = buf.data();
     const int rc = fuse_lowlevel_notify_store(c.se, ino, static_cast<off_t>(r.off), &bv, static_cast<fuse_buf_copy_flags>(0));
+    if (rc == 0) c.vfs->note_pushed(m);
     if (rc != 0 && log::debug_enabled())
       log::debug("push of inode " + std::to_string(ino) + " failed: " + std::strerror(-rc));
   } catch (const std::exception& e) {

@@ -226,6 +226,10 @@ FsStats Vfs::statfs() {
   return s;
 }
 
+void Vfs::note_pushed(uint64_t bytes) {
+  engine_.stats().bytes_pushed.fetch_add(bytes, std::memory_order_relaxed);
+}
+
 void Vfs::note_error(int err) {
   std::lock_guard<std::mutex> lk(err_mu_);
   ++errors_[err];
@@ -245,6 +249,7 @@ std::string Vfs::render_stats() {
   j["cache_hits"] = st.cache_hits.load();
   j["cache_misses"] = st.cache_misses.load();
   j["bytes_pread"] = st.bytes_pread.load();
+  j["bytes_pushed"] = st.bytes_pushed.load();
   j["library_reads"] = st.library_reads.load();
   j["errors"] = st.errors.load();
   json fb = json::object();

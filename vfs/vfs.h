@@ -87,6 +87,8 @@ class Vfs {
   FsStats statfs();
 
   // Counts an error reply (for stats.json); the adapter calls it once per failed request.
+  // Bytes the adapter pushed into the page cache (stats.json bytes_pushed).
+  void note_pushed(uint64_t bytes);
   void note_error(int err);
   // The content of .h5direct/stats.json.
   std::string render_stats();

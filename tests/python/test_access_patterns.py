@@ -83,5 +83,8 @@ def test_random_mmap_frame_decodes_about_one_chunk(src):
         # (3 to 9 chunks per frame); with push and a minimal read-ahead it is one.
         assert s['chunks_decoded'] <= len(idx) + 3, s
         assert s['chunks_prefetched'] == 0, s
+        # the rest of each frame reached the kernel by push, not by a request per page
+        assert s['bytes_pushed'] >= len(idx) * (np.prod(FRAME) * 2 - 4096), s
+        assert s['reads'] <= 2 * len(idx) + 5, s
     finally:
         m.close()
