@@ -81,6 +81,12 @@ uint64_t ConcatArray::fetch_rows() const {
   return f;
 }
 
+bool ConcatArray::decoded(const Region& r) const {
+  bool all = true;
+  for_each_part(r, [&](const Part& p, const Region& sub, uint64_t) { all = all && p.array->decoded(sub); });
+  return all;
+}
+
 void ConcatArray::plan_prefetch(const Region& r, ReadPlan& plan) const {
   if (r.empty()) return;
   for_each_part(r, [&](const Part& p, const Region& sub, uint64_t) { p.array->plan_prefetch(sub, plan); });

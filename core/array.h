@@ -38,6 +38,12 @@ class Array {
   // [k * fetch_rows, (k + 1) * fetch_rows) decodes all of it (compressed chunks), so the rest of
   // the band is cheap to serve afterwards. 0: no such unit.
   virtual uint64_t fetch_rows() const { return 0; }
+  // True when reading region `r` would decode nothing: every compressed chunk it touches is in
+  // the decoded-chunk cache. Default (and for uncompressed data): false.
+  virtual bool decoded(const Region& r) const {
+    (void)r;
+    return false;
+  }
 
   uint64_t nbytes() const { return product(shape()) * dtype().itemsize; }
 };
@@ -76,6 +82,7 @@ class ConcatArray final : public Array {
   void plan_prefetch(const Region& r, ReadPlan& plan) const override;
   std::string describe() const override { return what_; }
   uint64_t fetch_rows() const override;
+  bool decoded(const Region& r) const override;
   const std::vector<Part>& parts() const { return parts_; }
 
  private:

@@ -106,6 +106,12 @@ bool ChunkCache::contains(const ChunkKey& key) {
   return s.map.count(key) || s.loading.count(key);
 }
 
+bool ChunkCache::ready(const ChunkKey& key) {
+  Shard& s = shard_of(key);
+  std::lock_guard<std::mutex> lk(s.mu);
+  return s.map.count(key) != 0;
+}
+
 ChunkBytes ChunkCache::get_or_load(const ChunkKey& key, const std::function<ChunkBytes()>& load, bool* hit) {
   Shard& s = shard_of(key);
   std::promise<ChunkBytes> promise;

@@ -44,6 +44,8 @@ class ChunkCache {
   // Cached chunk or nullptr; never loads.
   ChunkBytes peek(const ChunkKey& key);
   bool contains(const ChunkKey& key);
+  // Decoded and cached (not merely being decoded); does not count as a use.
+  bool ready(const ChunkKey& key);
   // A reader has read this chunk to its end: move it to the consumed list (no-op if not cached).
   void consumed(const ChunkKey& key);
   uint64_t budget() const { return budget_; }

@@ -225,6 +225,18 @@ class ChunkedArray final : public DatasetArray {
 
   uint64_t fetch_rows() const override { return filtered_ && ds_rank_ > 0 ? chunk_ext_[0] : 0; }
 
+  bool decoded(const Region& r) const override {
+    if (r.empty() || !filtered_) return false;
+    const ChunkContext& ctx = context();
+    bool all = true;
+    for_each_chunk(r, [&](const Shape& cc, uint64_t lin, const Region&) {
+      if (!all) return;
+      const fmt::ChunkLoc* loc = ctx.map.find(lin);
+      all = loc && needs_decode(cc, *loc) && engine_.cache().ready(ChunkKey{array_id_, lin});
+    });
+    return all;
+  }
+
   // Exposed for tests and benchmarks: the chunk map (loads it on first use).
   const fmt::ChunkMap& chunk_map() const { return context().map; }
 

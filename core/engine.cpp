@@ -142,6 +142,17 @@ void Engine::read_bytes(const Array& a, uint64_t off, uint64_t len, uint8_t* out
   stats_.bytes_served.fetch_add(len, std::memory_order_relaxed);
 }
 
+bool Engine::bytes_decoded(const Array& a, uint64_t off, uint64_t len) {
+  const uint64_t total = a.nbytes();
+  if (off >= total || len == 0) return false;
+  len = std::min(len, total - off);
+  const uint64_t E = a.dtype().itemsize;
+  bool all = true;
+  for_each_region_in_range(a.shape(), off / E, (off + len + E - 1) / E,
+                           [&](const Region& r) { all = all && a.decoded(r); });
+  return all;
+}
+
 void Engine::prefetch_bytes(const Array& a, uint64_t off, uint64_t len) {
   const uint64_t total = a.nbytes();
   if (off >= total || len == 0) return;

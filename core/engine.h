@@ -73,6 +73,8 @@ class Engine {
   // Starts decoding the chunks under bytes [off, off+len) in the background (never blocks; does
   // nothing when the pool is saturated).
   void prefetch_bytes(const Array& a, uint64_t off, uint64_t len);
+  // True when bytes [off, off+len) of `a` can be read without decoding (Array::decoded).
+  bool bytes_decoded(const Array& a, uint64_t off, uint64_t len);
 
  private:
   EngineOptions opts_;

@@ -192,6 +192,29 @@ void push_after(Context& c, fuse_ino_t ino, vfs::OpenFile& f, uint64_t off, size
   if (buf.capacity() > (size_t(16) << 20)) std::vector<char>().swap(buf);
 }
 
+// The next decoded band of a stream (OpenFile::ahead_after), copied out while the request is in
+// flight (the open file may be released once it is answered), pushed after the reply.
+uint64_t prepare_ahead(Context& c, fuse_ino_t ino, vfs::OpenFile& f, uint64_t off, size_t n, std::vector<char>& out) {
+  const vfs::OpenFile::Range r = f.ahead_after(off, n);
+  if (r.len == 0) return 0;
+  const uint64_t to = c.reads.clip(ino, r.off, r.off + r.len);
+  if (to <= r.off) return 0;
+  try {
+    out.resize(to - r.off);
+    out.resize(f.read_for_push(r.off, to - r.off, out.data()));
+  } catch (const std::exception&) {
+    out.clear();
+  }
+  return r.off;
+}
+
+void push_bytes(Context& c, fuse_ino_t ino, uint64_t off, const std::vector<char>& bytes) {
+  fuse_bufvec bv = FUSE_BUFVEC_INIT(bytes.size());
+  bv.buf[0].mem = const_cast<char*>(bytes.data());
+  if (fuse_lowlevel_notify_store(c.se, ino, static_cast<off_t>(off), &bv, static_cast<fuse_buf_copy_flags>(0)) == 0)
+    c.vfs->note_pushed(bytes.size());
+}
+
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
   guarded(req, "read", ino, [&] {
     thread_local std::vector<char> buf;
@@ -206,8 +229,15 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
     } in_flight{c.reads, ino, o, o + size};
     c.reads.add(ino, o, o + size);
     const size_t n = fs(req).read(*f, o, size, buf.data());
-    if (c.opts.push && c.se && f->decodes && n == size && !fs(req).writable()) push_after(c, ino, *f, o, n);
+    thread_local std::vector<char> ahead;
+    ahead.clear();
+    uint64_t ahead_off = 0;
+    if (c.opts.push && c.se && f->decodes && n == size && !fs(req).writable()) {
+      push_after(c, ino, *f, o, n);
+      ahead_off = prepare_ahead(c, ino, *f, o, n, ahead);
+    }
     fuse_reply_buf(req, buf.data(), n);
+    if (!ahead.empty()) push_bytes(c, ino, ahead_off, ahead);
   });
 }
 

@@ -74,6 +74,29 @@ class ArrayOpenFile final : public OpenFile {
     return {from, to - from};
   }
 
+  Range ahead_after(uint64_t off, size_t n) const override {
+    const uint64_t header = node_.header_.size();
+    if (!array_ || n == 0 || off + n <= header || !prefetcher_.streaming()) return {};
+    const uint64_t rows = array_->fetch_rows();
+    if (rows == 0) return {};
+    const Shape& shape = array_->shape();
+    uint64_t row_bytes = array_->dtype().itemsize;
+    for (size_t k = 1; k < shape.size(); ++k) row_bytes *= shape[k];
+    const uint64_t band = rows * row_bytes;
+    const uint64_t end = off + n - header;
+    if (band == 0 || band > kMaxPush || end % band == 0 || end >= node_.data_size_) return {};
+    const uint64_t next = (end / band + 1) * band;
+    if (next >= node_.data_size_) return {};
+    const uint64_t next_end = std::min(node_.data_size_, next + band);
+    if (!node_.ctx_.engine.bytes_decoded(*array_, next, next_end - next)) return {};
+    constexpr uint64_t kPage = 4096;
+    const uint64_t from = (header + next + kPage - 1) / kPage * kPage;
+    uint64_t to = header + next_end;
+    if (to != node_.size()) to = to / kPage * kPage;
+    if (to <= from) return {};
+    return {from, to - from};
+  }
+
  private:
   static constexpr uint64_t kMaxPush = 8ull << 20;
 

@@ -31,6 +31,11 @@ SequentialPrefetcher::Range SequentialPrefetcher::on_read(uint64_t off, uint64_t
   return r;
 }
 
+bool SequentialPrefetcher::streaming() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return started_ && cursor_ - std::min(start_, cursor_) >= cfg_.after;
+}
+
 uint64_t SequentialPrefetcher::window() const {
   std::lock_guard<std::mutex> lk(mu_);
   return window_;

@@ -36,6 +36,8 @@ class SequentialPrefetcher {
   Range on_read(uint64_t off, uint64_t len, uint64_t file_size);
 
   uint64_t window() const;
+  // Whether the reads so far form a stream at least `after` bytes long.
+  bool streaming() const;
 
  private:
   Config cfg_;

@@ -100,6 +100,14 @@ class OpenFile {
     (void)n;
     return {};
   }
+  // In a stream, the band after the one a read of [off, off + n) ended in, when it is already
+  // decoded (the prefetcher's work): the adapter pushes it after replying, so that a reader
+  // faulting page by page finds it cached while it copies the current one. {0, 0}: nothing.
+  virtual Range ahead_after(uint64_t off, size_t n) const {
+    (void)off;
+    (void)n;
+    return {};
+  }
   // read() for such a push: the same bytes, but not counted as the reader's progress (no
   // prefetch decisions).
   virtual size_t read_for_push(uint64_t off, size_t size, char* buf) { return read(off, size, buf); }

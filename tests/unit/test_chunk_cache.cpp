@@ -43,6 +43,16 @@ TEST_CASE("chunk cache: hits, budget and decode-once", "[core][cache]") {
   CHECK_THROWS(c.get_or_load(ChunkKey{2, 0}, []() -> ChunkBytes { throw std::runtime_error("bad"); }));
   CHECK(c.get_or_load(ChunkKey{2, 0}, [] { return bytes(10, 7); })->size() == 10);
 
+  // ready(): cached, not merely being loaded.
+  CHECK(c.ready(ChunkKey{2, 0}));
+  CHECK_FALSE(c.ready(ChunkKey{4, 0}));
+  c.get_or_load(ChunkKey{4, 0}, [&] {
+    CHECK(c.contains(ChunkKey{4, 0}));
+    CHECK_FALSE(c.ready(ChunkKey{4, 0}));
+    return bytes(10, 4);
+  });
+  CHECK(c.ready(ChunkKey{4, 0}));
+
   // Concurrent callers of one key: one load.
   std::atomic<int> slow{0};
   std::vector<std::thread> ts;
