@@ -102,16 +102,20 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 }
 
+fuse_entry_param entry_of(fuse_req_t req, const vfs::Attr& a) {
+  fuse_entry_param e;
+  std::memset(&e, 0, sizeof e);
+  e.ino = a.ino;
+  e.generation = 1;
+  e.attr = to_stat(a);
+  e.attr_timeout = attr_timeout(req, a);
+  e.entry_timeout = ctx(req).opts.entry_timeout;
+  return e;
+}
+
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   try {
-    const vfs::Attr a = fs(req).lookup(parent, name);
-    fuse_entry_param e;
-    std::memset(&e, 0, sizeof e);
-    e.ino = a.ino;
-    e.generation = 1;
-    e.attr = to_stat(a);
-    e.attr_timeout = attr_timeout(req, a);
-    e.entry_timeout = ctx(req).opts.entry_timeout;
+    const fuse_entry_param e = entry_of(req, fs(req).lookup(parent, name));
     fuse_reply_entry(req, &e);
   } catch (const Error& err) {
     if (err.code() == ENOENT) {
@@ -167,52 +171,35 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   });
 }
 
-// Pushes what `f` says the read of [off, off + n) made cheap into the page cache, before the
-// reply: the reader, once woken, finds those pages cached (and the kernel's read-ahead skips
-// them). Best effort: any failure only means the kernel asks for the pages itself.
-void push_after(Context& c, fuse_ino_t ino, vfs::OpenFile& f, uint64_t off, size_t n) {
-  const vfs::OpenFile::Range r = f.cheap_after(off, n);
-  if (r.len == 0) return;
-  const uint64_t to = c.reads.clip(ino, r.off, r.off + r.len);
-  if (to <= r.off) return;
-  thread_local std::vector<char> buf;
-  try {
-    if (buf.size() < to - r.off) buf.resize(to - r.off);
-    const size_t m = f.read_for_push(r.off, to - r.off, buf.data());
-    if (m == 0) return;
-    fuse_bufvec bv = FUSE_BUFVEC_INIT(m);
-    bv.buf[0].mem = buf.data();
-    const int rc = fuse_lowlevel_notify_store(c.se, ino, static_cast<off_t>(r.off), &bv, static_cast<fuse_buf_copy_flags>(0));
-    if (rc == 0) c.vfs->note_pushed(m);
-    if (rc != 0 && log::debug_enabled())
-      log::debug("push of inode " + std::to_string(ino) + " failed: " + std::strerror(-rc));
-  } catch (const std::exception& e) {
-    log::debug(std::string("push skipped: ") + e.what());  // the reader's own read reports errors
-  }
-  if (buf.capacity() > (size_t(16) << 20)) std::vector<char>().swap(buf);
-}
-
-// The next decoded band of a stream (OpenFile::ahead_after), copied out while the request is in
-// flight (the open file may be released once it is answered), pushed after the reply.
-uint64_t prepare_ahead(Context& c, fuse_ino_t ino, vfs::OpenFile& f, uint64_t off, size_t n, std::vector<char>& out) {
-  const vfs::OpenFile::Range r = f.ahead_after(off, n);
+// Copies range `r` of `f` (pages a read made cheap: OpenFile::cheap_after / ahead_after) into
+// `out`, leaving out pages of reads in flight (a push waits on pages a read holds locked). Done
+// while the request is in flight: the open file may be released once it is answered. Returns
+// the file offset of `out` (empty: nothing to push).
+uint64_t copy_for_push(Context& c, fuse_ino_t ino, vfs::OpenFile& f, vfs::OpenFile::Range r, std::vector<char>& out) {
+  out.clear();
   if (r.len == 0) return 0;
   const uint64_t to = c.reads.clip(ino, r.off, r.off + r.len);
   if (to <= r.off) return 0;
   try {
     out.resize(to - r.off);
     out.resize(f.read_for_push(r.off, to - r.off, out.data()));
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
     out.clear();
+    log::debug(std::string("push skipped: ") + e.what());  // the reader's own read reports errors
   }
   return r.off;
 }
 
-void push_bytes(Context& c, fuse_ino_t ino, uint64_t off, const std::vector<char>& bytes) {
+// Pushes bytes into the page cache (notify_store). Best effort: a failure only means the kernel
+// asks for the pages itself.
+void push_bytes(Context& c, fuse_ino_t ino, uint64_t off, std::vector<char>& bytes) {
+  if (bytes.empty()) return;
   fuse_bufvec bv = FUSE_BUFVEC_INIT(bytes.size());
-  bv.buf[0].mem = const_cast<char*>(bytes.data());
-  if (fuse_lowlevel_notify_store(c.se, ino, static_cast<off_t>(off), &bv, static_cast<fuse_buf_copy_flags>(0)) == 0)
-    c.vfs->note_pushed(bytes.size());
+  bv.buf[0].mem = bytes.data();
+  const int rc = fuse_lowlevel_notify_store(c.se, ino, static_cast<off_t>(off), &bv, static_cast<fuse_buf_copy_flags>(0));
+  if (rc == 0) c.vfs->note_pushed(bytes.size());
+  else if (log::debug_enabled()) log::debug("push of inode " + std::to_string(ino) + " failed: " + std::strerror(-rc));
+  if (bytes.capacity() > (size_t(16) << 20)) std::vector<char>().swap(bytes);
 }
 
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
@@ -229,15 +216,19 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
     } in_flight{c.reads, ino, o, o + size};
     c.reads.add(ino, o, o + size);
     const size_t n = fs(req).read(*f, o, size, buf.data());
-    thread_local std::vector<char> ahead;
-    ahead.clear();
+    // Pushes (docs/architecture.md): the rest of the chunks this read decoded goes into the page
+    // cache before the reply (the woken reader must find it there); in a stream, the next
+    // decoded band after it (the reader copies the current one meanwhile).
+    thread_local std::vector<char> rest, ahead;
     uint64_t ahead_off = 0;
+    rest.clear();
+    ahead.clear();
     if (c.opts.push && c.se && f->decodes && n == size && !fs(req).writable()) {
-      push_after(c, ino, *f, o, n);
-      ahead_off = prepare_ahead(c, ino, *f, o, n, ahead);
+      push_bytes(c, ino, copy_for_push(c, ino, *f, f->cheap_after(o, n), rest), rest);
+      ahead_off = copy_for_push(c, ino, *f, f->ahead_after(o, n), ahead);
     }
     fuse_reply_buf(req, buf.data(), n);
-    if (!ahead.empty()) push_bytes(c, ino, ahead_off, ahead);
+    push_bytes(c, ino, ahead_off, ahead);
   });
 }
 
@@ -344,16 +335,6 @@ void op_setxattr(fuse_req_t req, fuse_ino_t, const char*, const char*, size_t, i
 void op_removexattr(fuse_req_t req, fuse_ino_t, const char*) { erofs(req); }
 void op_fallocate(fuse_req_t req, fuse_ino_t, int, off_t, off_t, fuse_file_info*) { erofs(req); }
 
-fuse_entry_param entry_of(fuse_req_t req, const vfs::Attr& a) {
-  fuse_entry_param e;
-  std::memset(&e, 0, sizeof e);
-  e.ino = a.ino;
-  e.generation = 1;
-  e.attr = to_stat(a);
-  e.attr_timeout = attr_timeout(req, a);
-  e.entry_timeout = ctx(req).opts.entry_timeout;
-  return e;
-}
 
 // rw mounts (vfs/writable.h): each handler calls the Vfs, which refuses with EROFS when read-only.
 void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
