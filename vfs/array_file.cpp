@@ -46,59 +46,61 @@ class ArrayOpenFile final : public OpenFile {
       : node_(node),
         array_(std::move(array)),
         prefetcher_({node.ctx_.opts.prefetch_initial, node.ctx_.opts.prefetch_max,
-                     node.ctx_.opts.prefetch_seek_tolerance, node.ctx_.opts.prefetch_after}) {
-    decodes = array_ && array_->fetch_rows() > 0;
+                     node.ctx_.opts.prefetch_seek_tolerance, node.ctx_.opts.prefetch_after}),
+        band_(band_of(array_)) {
+    decodes = band_ > 0;
   }
 
   size_t read(uint64_t off, size_t size, char* buf) override { return read_impl(off, size, buf, true); }
   size_t read_for_push(uint64_t off, size_t size, char* buf) override { return read_impl(off, size, buf, false); }
 
   Range cheap_after(uint64_t off, size_t n) const override {
-    const uint64_t header = node_.header_.size();
-    if (!array_ || n == 0 || off + n <= header) return {};
-    const uint64_t rows = array_->fetch_rows();
-    if (rows == 0) return {};
-    const Shape& shape = array_->shape();
-    uint64_t row_bytes = array_->dtype().itemsize;
-    for (size_t k = 1; k < shape.size(); ++k) row_bytes *= shape[k];
-    const uint64_t band = rows * row_bytes;
-    const uint64_t end = off + n - header;  // data offset where the read stopped
-    if (band == 0 || end % band == 0 || end >= node_.data_size_) return {};
-    // Whole pages only (the kernel takes no partial page), up to the band's end or the file's.
-    constexpr uint64_t kPage = 4096;
-    const uint64_t from = (off + n + kPage - 1) / kPage * kPage;
-    uint64_t to = header + std::min(node_.data_size_, (end / band + 1) * band);
-    if (to != node_.size()) to = to / kPage * kPage;
-    to = std::min(to, from + kMaxPush);
-    if (to <= from) return {};
-    return {from, to - from};
+    uint64_t end = 0;
+    if (!ends_mid_band(off, n, &end)) return {};
+    Range r = pages(end, std::min(node_.data_size_, (end / band_ + 1) * band_));
+    r.len = std::min(r.len, kMaxPush);
+    return r;
   }
 
   Range ahead_after(uint64_t off, size_t n) const override {
-    const uint64_t header = node_.header_.size();
-    if (!array_ || n == 0 || off + n <= header || !prefetcher_.streaming()) return {};
-    const uint64_t rows = array_->fetch_rows();
-    if (rows == 0) return {};
-    const Shape& shape = array_->shape();
-    uint64_t row_bytes = array_->dtype().itemsize;
-    for (size_t k = 1; k < shape.size(); ++k) row_bytes *= shape[k];
-    const uint64_t band = rows * row_bytes;
-    const uint64_t end = off + n - header;
-    if (band == 0 || band > kMaxPush || end % band == 0 || end >= node_.data_size_) return {};
-    const uint64_t next = (end / band + 1) * band;
+    uint64_t end = 0;
+    if (band_ > kMaxPush || !prefetcher_.streaming() || !ends_mid_band(off, n, &end)) return {};
+    const uint64_t next = (end / band_ + 1) * band_;
     if (next >= node_.data_size_) return {};
-    const uint64_t next_end = std::min(node_.data_size_, next + band);
+    const uint64_t next_end = std::min(node_.data_size_, next + band_);
     if (!node_.ctx_.engine.bytes_decoded(*array_, next, next_end - next)) return {};
-    constexpr uint64_t kPage = 4096;
-    const uint64_t from = (header + next + kPage - 1) / kPage * kPage;
-    uint64_t to = header + next_end;
-    if (to != node_.size()) to = to / kPage * kPage;
-    if (to <= from) return {};
-    return {from, to - from};
+    return pages(next, next_end);
   }
 
  private:
   static constexpr uint64_t kMaxPush = 8ull << 20;
+  static constexpr uint64_t kPage = 4096;
+
+  // Bytes of the rows the array decodes together (Array::fetch_rows); 0 when it has none.
+  static uint64_t band_of(const ArrayPtr& a) {
+    if (!a || a->fetch_rows() == 0) return 0;
+    uint64_t row_bytes = a->dtype().itemsize;
+    for (size_t k = 1; k < a->shape().size(); ++k) row_bytes *= a->shape()[k];
+    return a->fetch_rows() * row_bytes;
+  }
+
+  // Whether a read of file bytes [off, off + n) stopped inside a band; `end`: the data offset.
+  bool ends_mid_band(uint64_t off, size_t n, uint64_t* end) const {
+    const uint64_t header = node_.header_.size();
+    if (band_ == 0 || n == 0 || off + n <= header) return false;
+    *end = off + n - header;
+    return *end % band_ != 0 && *end < node_.data_size_;
+  }
+
+  // The whole pages (the kernel takes no partial page, except the file's last) of data bytes
+  // [from, to), as file offsets.
+  Range pages(uint64_t from, uint64_t to) const {
+    const uint64_t header = node_.header_.size();
+    const uint64_t f = (header + from + kPage - 1) / kPage * kPage;
+    uint64_t t = header + to;
+    if (t != node_.size()) t = t / kPage * kPage;
+    return t > f ? Range{f, t - f} : Range{};
+  }
 
   size_t read_impl(uint64_t off, size_t size, char* buf, bool reader) {
     const std::string& header = node_.header_;
@@ -144,6 +146,7 @@ class ArrayOpenFile final : public OpenFile {
   const ArrayFileNode& node_;  // kept alive by the inode table
   ArrayPtr array_;
   SequentialPrefetcher prefetcher_;
+  const uint64_t band_;
 };
 
 std::unique_ptr<OpenFile> ArrayFileNode::open() {
