@@ -45,20 +45,9 @@ ConcatArray::ConcatArray(std::vector<Part> parts, Shape trailing, DType dtype, s
 
 template <class Fn>
 void ConcatArray::for_each_part(const Region& r, Fn&& fn) const {
-  const uint64_t r0 = r.start[0], r1 = r.start[0] + r.count[0];
-  // First part whose output rows end after r0.
-  auto it = std::upper_bound(offsets_.begin(), offsets_.end(), r0);
-  size_t i = (it == offsets_.begin()) ? 0 : size_t(it - offsets_.begin()) - 1;
-  for (; i < parts_.size() && offsets_[i] < r1; ++i) {
-    const Part& p = parts_[i];
-    const uint64_t lo = std::max(r0, offsets_[i]);
-    const uint64_t hi = std::min(r1, offsets_[i] + (p.end - p.begin));
-    if (hi <= lo) continue;
-    Region sub = r;
-    sub.start[0] = p.begin + (lo - offsets_[i]);
-    sub.count[0] = hi - lo;
-    fn(p, sub, lo - r0);
-  }
+  for_each_row_block(
+      offsets_, [&](size_t i) { return parts_[i].end - parts_[i].begin; }, [&](size_t i) { return parts_[i].begin; },
+      r, [&](size_t i, const Region& sub, uint64_t out_row) { fn(parts_[i], sub, out_row); });
 }
 
 void ConcatArray::plan(const Region& r, const DestView& dst, ReadPlan& plan) const {

@@ -3,6 +3,7 @@
 // modules runs them all at once on the pool. Datasets (contiguous, chunked, compact, virtual),
 // EuXFEL key arrays (concatenations of row blocks) and in-memory arrays all implement it.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -66,6 +67,27 @@ class MemoryArray final : public Array {
   std::vector<uint8_t> bytes_;
   std::string what_;
 };
+
+// Splits region `r` of a stack of row blocks along axis 0: block i holds output rows
+// [offsets[i], offsets[i] + rows(i)), which are rows [first(i), first(i) + rows(i)) of its own
+// array. Calls fn(i, sub, out_row) for every block `r` touches: `sub` is `r` in the block's own
+// rows, `out_row` where it lands relative to r's first row.
+template <class Rows, class First, class Fn>
+void for_each_row_block(const std::vector<uint64_t>& offsets, Rows&& rows, First&& first, const Region& r, Fn&& fn) {
+  const uint64_t r0 = r.start[0], r1 = r.start[0] + r.count[0];
+  // First block whose output rows end after r0.
+  auto it = std::upper_bound(offsets.begin(), offsets.end(), r0);
+  size_t i = (it == offsets.begin()) ? 0 : size_t(it - offsets.begin()) - 1;
+  for (; i < offsets.size() && offsets[i] < r1; ++i) {
+    const uint64_t lo = std::max(r0, offsets[i]);
+    const uint64_t hi = std::min(r1, offsets[i] + rows(i));
+    if (hi <= lo) continue;
+    Region sub = r;
+    sub.start[0] = first(i) + (lo - offsets[i]);
+    sub.count[0] = hi - lo;
+    fn(i, sub, lo - r0);
+  }
+}
 
 // Rows [begin, end) of several arrays with equal trailing shape and dtype, stacked on axis 0
 // (an EuXFEL key across sequence files).
