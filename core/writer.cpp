@@ -603,10 +603,11 @@ bool Writer::owns(const std::string& path) {
 std::shared_ptr<Writer::FileState> Writer::file_state(const std::string& path) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = files_.find(path);
+  // Closed first: close_all also resets fid, which would otherwise read as "not ours" (EPERM).
+  if (it != files_.end() && it->second->closed) fail(EIO, path + ": closed");
   if (it == files_.end() || it->second->fid < 0) {
     fail(EPERM, path + ": new groups and datasets only in files created through this mount");
   }
-  if (it->second->closed) fail(EIO, path + ": closed");
   return it->second;
 }
 

@@ -1,0 +1,746 @@
+// The write path (core/writer.*): files, groups and datasets created through h5d::Writer, bytes
+// written as C-order byte ranges (out of order, overlapping, partial chunks), then checked with
+// libhdf5 as the oracle. The oracle opens a byte copy of the file, never the file itself, so that
+// it cannot share the writer's open libhdf5 file or its caches: it sees what a reader, or a
+// restart after a killed daemon, finds on disk at that moment.
+#include <catch2/catch.hpp>
+
+#include <hdf5.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/h5lib.h"
+#include "core/region.h"
+#include "core/writer.h"
+#include "tests/support/h5fixture.h"
+
+using namespace h5d;
+using namespace h5d::test;
+
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+const char* kPluginDir = "/usr/lib/x86_64-linux-gnu/hdf5/serial/plugins";
+
+EngineOptions engine_opts(unsigned threads) {
+  EngineOptions o;
+  o.threads = threads;
+  o.cache_bytes = 8 << 20;
+  return o;
+}
+
+// A path under the scratch directory that does not exist yet.
+std::string fresh_path(const std::string& name) {
+  static int n = 0;
+  const std::string p = scratch_path("writer_" + name + "_" + std::to_string(++n) + ".h5");
+  ::unlink(p.c_str());
+  return p;
+}
+
+// The errno of the h5d::Error `fn` throws; 0 when it throws nothing.
+template <class Fn>
+int errno_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const h5d::Error& e) {
+    return e.code();
+  }
+  return 0;
+}
+
+size_t itemsize_of(const std::string& ts) { return std::stoul(ts.substr(2)); }
+
+// The HDF5 file type h5py writes for a numpy typestr (the oracle for the writer's make_type).
+h5::Handle expected_type(const std::string& ts) {
+  if (ts == "<u2") return h5::Handle(H5Tcopy(H5T_STD_U16LE));
+  if (ts == ">i4") return h5::Handle(H5Tcopy(H5T_STD_I32BE));
+  if (ts == "<f8") return h5::Handle(H5Tcopy(H5T_IEEE_F64LE));
+  if (ts == "|b1") {
+    h5::Handle t(H5Tenum_create(H5T_NATIVE_INT8));
+    int8_t v = 0;
+    H5Tenum_insert(t.get(), "FALSE", &v);
+    v = 1;
+    H5Tenum_insert(t.get(), "TRUE", &v);
+    return t;
+  }
+  if (ts == "|S16") {
+    h5::Handle t(H5Tcopy(H5T_C_S1));
+    H5Tset_size(t.get(), 16);
+    H5Tset_strpad(t.get(), H5T_STR_NULLPAD);
+    return t;
+  }
+  FAIL("no expected type for " << ts);
+  return h5::Handle();
+}
+
+// Valid values of the type as bytes: 0/1 bools, finite doubles, null-padded strings.
+Bytes make_values(const std::string& ts, uint64_t nelem, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  const size_t is = itemsize_of(ts);
+  Bytes b(nelem * is);
+  for (uint64_t i = 0; i < nelem; ++i) {
+    uint8_t* e = b.data() + i * is;
+    if (ts[1] == 'b') {
+      e[0] = uint8_t(rng() & 1);
+    } else if (ts[1] == 'f') {
+      const double v = std::uniform_real_distribution<double>(-1e6, 1e6)(rng);
+      std::memcpy(e, &v, sizeof v);
+    } else if (ts[1] == 'S') {
+      const size_t len = rng() % (is + 1);
+      for (size_t k = 0; k < is; ++k) e[k] = k < len ? uint8_t('a' + rng() % 26) : 0;
+    } else {
+      for (size_t k = 0; k < is; ++k) e[k] = uint8_t(rng());
+    }
+  }
+  return b;
+}
+
+// "" when the bytes are equal, else where they differ (Catch would print every byte).
+std::string diff(const Bytes& got, const Bytes& want) {
+  if (got.size() != want.size())
+    return std::to_string(got.size()) + " bytes instead of " + std::to_string(want.size());
+  size_t first = got.size(), count = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] == want[i]) continue;
+    first = std::min(first, i);
+    ++count;
+  }
+  if (count == 0) return "";
+  return std::to_string(count) + " of " + std::to_string(got.size()) +
+         " bytes differ, the first at offset " + std::to_string(first) + " (" +
+         std::to_string(got[first]) + " instead of " + std::to_string(want[first]) + ")";
+}
+
+struct Range {
+  uint64_t off, len;
+};
+
+// [0, n) cut in pieces of 1..maxlen bytes, in random order.
+std::vector<Range> cover(uint64_t n, uint64_t maxlen, std::mt19937_64& rng) {
+  std::vector<Range> r;
+  for (uint64_t off = 0; off < n;) {
+    const uint64_t len = std::min<uint64_t>(1 + rng() % maxlen, n - off);
+    r.push_back({off, len});
+    off += len;
+  }
+  std::shuffle(r.begin(), r.end(), rng);
+  return r;
+}
+
+// `count` ranges of 1..maxlen bytes at random offsets (overlapping, leaving gaps).
+std::vector<Range> scattered(uint64_t n, int count, uint64_t maxlen, std::mt19937_64& rng) {
+  std::vector<Range> r;
+  for (int i = 0; i < count; ++i) {
+    const uint64_t off = rng() % n;
+    r.push_back({off, std::min<uint64_t>(1 + rng() % maxlen, n - off)});
+  }
+  return r;
+}
+
+// Writes each range with the bytes of `src` at the same offsets, and applies it to `expect`.
+void apply(DatasetWriter& w, const std::vector<Range>& rs, const Bytes& src, Bytes& expect) {
+  for (const Range& r : rs) {
+    w.write(r.off, src.data() + r.off, r.len);
+    std::memcpy(expect.data() + r.off, src.data() + r.off, r.len);
+  }
+}
+
+// DatasetWriter::read of everything and of random ranges against `expect`.
+void check_readback(DatasetWriter& w, const Bytes& expect, uint32_t seed) {
+  Bytes all(expect.size(), 0xEE);
+  w.read(0, all.size(), all.data());
+  REQUIRE(diff(all, expect) == "");
+  if (expect.empty()) return;
+  std::mt19937_64 rng(seed);
+  for (const Range& r : scattered(expect.size(), 40, 3000, rng)) {
+    Bytes part(r.len, 0xEE);
+    w.read(r.off, r.len, part.data());
+    INFO("read at " << r.off << " length " << r.len);
+    REQUIRE(std::memcmp(part.data(), expect.data() + r.off, r.len) == 0);
+  }
+}
+
+void ensure_plugins() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto lk = h5::lock();
+    H5PLappend(kPluginDir);
+  });
+}
+
+// Copies the file's bytes to a new path. The caller holds the HDF5 lock: no chunk is written
+// meanwhile.
+std::string snapshot(const std::string& path) {
+  static int n = 0;
+  const std::string copy = scratch_path("snapshot_" + std::to_string(++n) + ".h5");
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in);
+  std::ofstream out(copy, std::ios::binary | std::ios::trunc);
+  out << in.rdbuf();
+  out.close();
+  REQUIRE(out);
+  return copy;
+}
+
+// The HDF5 byte shuffle undone (the n % size trailing bytes stay in place).
+Bytes unshuffle(const Bytes& in, size_t size) {
+  Bytes out = in;
+  const size_t ne = in.size() / size;
+  for (size_t j = 0; j < size; ++j)
+    for (size_t i = 0; i < ne; ++i) out[i * size + j] = in[j * ne + i];
+  return out;
+}
+
+// One stored chunk decoded without libhdf5's filters (shuffle, deflate, zstd); false when the
+// pipeline has another filter.
+bool decode_manually(const std::vector<std::pair<int, std::vector<unsigned>>>& filters,
+                     size_t itemsize, size_t chunk_bytes, Bytes& buf) {
+  for (auto f = filters.rbegin(); f != filters.rend(); ++f) {
+    if (f->first == 2) {
+      buf = unshuffle(buf, itemsize);
+    } else if (f->first == 1) {
+      Bytes out(chunk_bytes);
+      uLongf len = out.size();
+      REQUIRE(uncompress(out.data(), &len, buf.data(), buf.size()) == Z_OK);
+      out.resize(len);
+      buf.swap(out);
+    } else if (f->first == 32015) {
+      const unsigned long long len = ZSTD_getFrameContentSize(buf.data(), buf.size());
+      REQUIRE(len == chunk_bytes);
+      Bytes out(len);
+      const size_t r = ZSTD_decompress(out.data(), out.size(), buf.data(), buf.size());
+      REQUIRE(!ZSTD_isError(r));
+      REQUIRE(r == len);
+      buf.swap(out);
+    } else {
+      return false;
+    }
+  }
+  REQUIRE(buf.size() == chunk_bytes);
+  return true;
+}
+
+// What libhdf5 finds in the file: the data in the file type (no conversion) and the layout.
+struct Stored {
+  Bytes data;
+  H5D_layout_t layout = H5D_LAYOUT_ERROR;
+  std::vector<hsize_t> dims, chunks;
+  std::vector<std::pair<int, std::vector<unsigned>>> filters;  // id, cd_values
+  bool type_matches = false;  // the file type equals expected_type(typestr)
+  bool via_h5dread = false;   // data from H5Dread (else only from the chunks decoded here)
+  std::vector<int> filter_ids() const {
+    std::vector<int> ids;
+    for (const auto& f : filters) ids.push_back(f.first);
+    return ids;
+  }
+};
+
+// Chunked data assembled from H5Dread_chunk and decode_manually (fill 0 where no chunk).
+bool read_chunks_manually(hid_t ds, const Stored& s, size_t itemsize, Bytes& out) {
+  const size_t rank = s.dims.size();
+  std::vector<hsize_t> grid(rank);
+  uint64_t nchunks = 1, chunk_elems = 1;
+  for (size_t k = 0; k < rank; ++k) {
+    grid[k] = (s.dims[k] + s.chunks[k] - 1) / s.chunks[k];
+    nchunks *= grid[k];
+    chunk_elems *= s.chunks[k];
+  }
+  out.assign(s.data.size(), 0);
+  for (uint64_t g = 0; g < nchunks; ++g) {
+    std::vector<hsize_t> offs(rank);
+    for (size_t k = rank, rest = g; k-- > 0; rest /= grid[k])
+      offs[k] = (rest % grid[k]) * s.chunks[k];
+    hsize_t size = 0;
+    if (H5Dget_chunk_storage_size(ds, offs.data(), &size) < 0 || size == 0) {
+      H5Eclear2(H5E_DEFAULT);
+      continue;  // not allocated: fill
+    }
+    Bytes buf(size);
+    uint32_t mask = 0xFF;
+    REQUIRE(H5Dread_chunk(ds, H5P_DEFAULT, offs.data(), &mask, buf.data()) >= 0);
+    REQUIRE(mask == 0);
+    if (!decode_manually(s.filters, itemsize, chunk_elems * itemsize, buf)) return false;
+    for (uint64_t e = 0; e < chunk_elems; ++e) {  // scatter the elements inside the dataset
+      uint64_t dst = 0, rest = e;
+      bool inside = true;
+      std::vector<hsize_t> idx(rank);
+      for (size_t k = rank; k-- > 0; rest /= s.chunks[k]) idx[k] = offs[k] + rest % s.chunks[k];
+      for (size_t k = 0; k < rank; ++k) {
+        inside = inside && idx[k] < s.dims[k];
+        dst = dst * s.dims[k] + idx[k];
+      }
+      if (inside) std::memcpy(out.data() + dst * itemsize, buf.data() + e * itemsize, itemsize);
+    }
+  }
+  return true;
+}
+
+Stored read_stored(const std::string& file, const std::string& dset, const std::string& typestr) {
+  ensure_plugins();
+  INFO("oracle read of " << file << ":" << dset);
+  auto lk = h5::lock();
+  const std::string copy = snapshot(file);
+  h5::Handle fid(H5Fopen(copy.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  REQUIRE(fid);
+  h5::Handle ds(H5Dopen2(fid.get(), dset.c_str(), H5P_DEFAULT));
+  REQUIRE(ds);
+  h5::Handle type(H5Dget_type(ds.get())), space(H5Dget_space(ds.get()));
+  h5::Handle dcpl(H5Dget_create_plist(ds.get()));
+  REQUIRE((type && space && dcpl));
+  Stored s;
+  s.type_matches = H5Tequal(type.get(), expected_type(typestr).get()) > 0;
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  REQUIRE(rank >= 0);
+  s.dims.resize(size_t(rank));
+  H5Sget_simple_extent_dims(space.get(), s.dims.data(), nullptr);
+  const size_t itemsize = H5Tget_size(type.get());
+  s.data.assign(size_t(H5Sget_simple_extent_npoints(space.get())) * itemsize, 0);
+  s.layout = H5Pget_layout(dcpl.get());
+  if (s.layout == H5D_CHUNKED) {
+    s.chunks.resize(size_t(rank));
+    REQUIRE(H5Pget_chunk(dcpl.get(), rank, s.chunks.data()) == rank);
+  }
+  bool all_avail = true;
+  for (int i = 0, nf = H5Pget_nfilters(dcpl.get()); i < nf; ++i) {
+    unsigned flags = 0, cd[16];
+    size_t ncd = 16;
+    char name[64];
+    const H5Z_filter_t id =
+        H5Pget_filter2(dcpl.get(), unsigned(i), &flags, &ncd, cd, sizeof name, name, nullptr);
+    s.filters.push_back({int(id), std::vector<unsigned>(cd, cd + std::min<size_t>(ncd, 16))});
+    all_avail = all_avail && H5Zfilter_avail(id) > 0;
+  }
+  Bytes manual;
+  const bool have_manual = s.layout == H5D_CHUNKED && !s.data.empty() &&
+                           read_chunks_manually(ds.get(), s, itemsize, manual);
+  if (all_avail && !s.data.empty()) {
+    REQUIRE(H5Dread(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, s.data.data()) >= 0);
+    s.via_h5dread = true;
+    if (have_manual) REQUIRE(diff(manual, s.data) == "");  // two independent decodings agree
+  } else if (have_manual) {
+    s.data = manual;
+  } else {
+    REQUIRE(s.data.empty());  // else neither libhdf5 nor this test can decode the dataset
+  }
+  return s;
+}
+
+bool stored_group_exists(const std::string& file, const std::string& group) {
+  auto lk = h5::lock();
+  const std::string copy = snapshot(file);
+  h5::Handle fid(H5Fopen(copy.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  REQUIRE(fid);
+  h5::Handle g(H5Gopen2(fid.get(), group.c_str(), H5P_DEFAULT));
+  H5Eclear2(H5E_DEFAULT);
+  return bool(g);
+}
+
+struct ChunkedCase {
+  const char* typestr;
+  Shape shape, chunks;
+  const char* compression;
+  int level;
+  std::vector<int> filters;  // the pipeline expected in the file
+};
+
+}  // namespace
+
+TEST_CASE("writer: files and groups", "[writer]") {
+  Engine e(engine_opts(2));
+  Writer w(e, {});
+  const std::string f = fresh_path("groups");
+  CHECK_FALSE(w.owns(f));
+  w.create_file(f);
+  CHECK(w.owns(f));
+  CHECK(errno_of([&] { w.create_file(f); }) == EEXIST);  // ours, open
+  // Valid on disk at once: an empty HDF5 file.
+  CHECK(stored_group_exists(f, "/"));
+
+  // A path that exists but was not created here: EEXIST, left alone, not ours.
+  const std::string other = fresh_path("plain");
+  { std::ofstream(other) << "not hdf5"; }
+  CHECK(errno_of([&] { w.create_file(other); }) == EEXIST);
+  CHECK_FALSE(w.owns(other));
+  std::ifstream in(other);
+  CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == "not hdf5");
+  CHECK(errno_of([&] { w.create_group(other, "/g"); }) == EPERM);
+  CHECK(errno_of([&] { w.create_file(scratch_path("no_such_dir/x.h5")); }) != 0);
+
+  w.create_group(f, "/g");
+  w.create_group(f, "/g/sub");
+  CHECK(errno_of([&] { w.create_group(f, "/g"); }) == EEXIST);
+  CHECK(errno_of([&] { w.create_group(f, "/g/sub"); }) == EEXIST);
+  CHECK(errno_of([&] { w.create_group(f, "/missing/parent"); }) != 0);
+  CHECK(stored_group_exists(f, "/g"));
+  CHECK(stored_group_exists(f, "/g/sub"));
+  CHECK_FALSE(stored_group_exists(f, "/missing"));
+
+  // Datasets: names taken, bad dtypes, compression and chunk shapes refused.
+  NewDataset spec;
+  spec.shape = {4, 5};
+  spec.typestr = "<u2";
+  w.create_dataset(f, "/g/d", spec);
+  CHECK(errno_of([&] { w.create_dataset(f, "/g/d", spec); }) == EEXIST);
+  CHECK(errno_of([&] { w.create_dataset(f, "/g", spec); }) == EEXIST);
+  CHECK(errno_of([&] { w.create_dataset(other, "/d", spec); }) == EPERM);
+  for (const char* bad : {"<u3", "<x4", "<f2", "|b2", "u2", "?u2"}) {
+    NewDataset s = spec;
+    s.typestr = bad;
+    INFO(bad);
+    CHECK(errno_of([&] { w.create_dataset(f, "/bad", s); }) == EINVAL);
+  }
+  NewDataset s = spec;
+  s.compression = "rar";
+  CHECK(errno_of([&] { w.create_dataset(f, "/bad", s); }) == EINVAL);
+  s = spec;
+  s.chunks = {2};
+  CHECK(errno_of([&] { w.create_dataset(f, "/bad", s); }) == EINVAL);
+  s.chunks = {2, 0};
+  CHECK(errno_of([&] { w.create_dataset(f, "/bad", s); }) == EINVAL);
+  auto good = w.create_dataset(f, "/after_errors", spec);  // refusals left the file usable
+  CHECK(good->nbytes() == 40);
+
+  w.close_all();
+  CHECK(errno_of([&] { w.create_group(f, "/h"); }) == EIO);
+  CHECK(errno_of([&] { w.create_dataset(f, "/e", spec); }) == EIO);
+  CHECK(errno_of([&] { w.create_file(f); }) == EEXIST);
+  CHECK(stored_group_exists(f, "/g/sub"));
+  CHECK(read_stored(f, "/after_errors", "<u2").dims == std::vector<hsize_t>{4, 5});
+}
+
+TEST_CASE("writer: contiguous datasets, byte ranges out of order", "[writer]") {
+  Engine e(engine_opts(2));
+  Writer w(e, {});
+  const std::string f = fresh_path("contig");
+  w.create_file(f);
+  w.create_group(f, "/g");
+  struct Case {
+    const char* path;
+    const char* typestr;
+    Shape shape;
+  };
+  const Case cases[] = {{"/g/u2", "<u2", {123, 77}}, {"/g/f8", "<f8", {5, 3, 7}},
+                        {"/g/s16", "|S16", {40}},    {"/b1", "|b1", {300}},
+                        {"/i4", ">i4", {3, 1000}},   {"/scalar", "<f8", {}}};
+  std::vector<DatasetWriterPtr> writers;
+  std::vector<Bytes> expects;
+  uint32_t seed = 10;
+  for (const Case& c : cases) {
+    INFO(c.path << " " << c.typestr);
+    NewDataset spec;
+    spec.shape = c.shape;
+    spec.typestr = c.typestr;
+    auto d = w.create_dataset(f, c.path, spec);
+    const uint64_t n = product(c.shape) * itemsize_of(c.typestr);
+    REQUIRE(d->nbytes() == n);
+    CHECK(d->describe().find("contiguous") != std::string::npos);
+    std::mt19937_64 rng(++seed);
+    const Bytes src1 = make_values(c.typestr, product(c.shape), ++seed);
+    const Bytes src2 = make_values(c.typestr, product(c.shape), ++seed);
+    Bytes expect(n, 0);
+    apply(*d, cover(n, 1 + n / 7, rng), src1, expect);  // everything, pieces in random order
+    REQUIRE(diff(expect, src1) == "");
+    apply(*d, scattered(n, 9, 1 + n / 5, rng), src2, expect);  // then overwrites
+    check_readback(*d, expect, seed);
+    // In the file at once (pwrite at the dataset's offset, no flush): H5Dread agrees.
+    const Stored st = read_stored(f, c.path, c.typestr);
+    CHECK(st.layout == H5D_CONTIGUOUS);
+    CHECK(st.type_matches);
+    CHECK(st.dims == std::vector<hsize_t>(c.shape.begin(), c.shape.end()));
+    CHECK(st.filters.empty());
+    REQUIRE(diff(st.data, expect) == "");
+    writers.push_back(d);
+    expects.push_back(expect);
+  }
+
+  // Past the end: EFBIG and nothing written; an empty write at the end is fine.
+  DatasetWriter& d = *writers[0];
+  const uint64_t n = d.nbytes();
+  const Bytes junk(64, 0xAB);
+  CHECK(errno_of([&] { d.write(n, junk.data(), 1); }) == EFBIG);
+  CHECK(errno_of([&] { d.write(n - 1, junk.data(), 2); }) == EFBIG);
+  CHECK(errno_of([&] { d.write(n + 1, junk.data(), 0); }) == EFBIG);
+  CHECK(errno_of([&] { d.write(UINT64_MAX, junk.data(), 2); }) == EFBIG);
+  CHECK(errno_of([&] { d.write(2, junk.data(), UINT64_MAX - 1); }) == EFBIG);
+  CHECK(errno_of([&] { d.write(n, junk.data(), 0); }) == 0);
+  Bytes two(2);
+  CHECK(errno_of([&] { d.read(n - 1, 2, two.data()); }) != 0);
+
+  // An empty dataset: no bytes, any non-empty write is past its end.
+  NewDataset empty;
+  empty.shape = {0, 4};
+  empty.typestr = "<u2";
+  auto z = w.create_dataset(f, "/empty", empty);
+  CHECK(z->nbytes() == 0);
+  CHECK(errno_of([&] { z->write(0, junk.data(), 0); }) == 0);
+  CHECK(errno_of([&] { z->write(0, junk.data(), 1); }) == EFBIG);
+  CHECK(read_stored(f, "/empty", "<u2").dims == std::vector<hsize_t>{0, 4});
+
+  w.flush_all();
+  w.close_all();
+  for (size_t i = 0; i < writers.size(); ++i) {
+    INFO(cases[i].path);
+    CHECK(errno_of([&] { writers[i]->write(0, junk.data(), 1); }) == EIO);
+    CHECK(diff(read_stored(f, cases[i].path, cases[i].typestr).data, expects[i]) == "");
+  }
+}
+
+TEST_CASE("writer: chunked and compressed datasets with partial chunks", "[writer]") {
+  const ChunkedCase cases[] = {
+      {"<u2", {37, 29}, {8, 7}, "gzip", 6, {2, 1}},
+      {"<f8", {5, 33, 17}, {2, 16, 17}, "blosc", -1, {32001}},
+      {"|b1", {1000}, {64}, "gzip", -1, {1}},  // no shuffle for 1-byte elements
+      {"|S16", {23, 5}, {4, 3}, "lz4", -1, {2, 32004}},
+      {"<u2", {19, 31}, {6, 8}, "zstd", 5, {2, 32015}},
+      {">i4", {40, 12}, {16, 5}, "", -1, {}},     // chunked, no filter
+      {"<u2", {10, 6}, {50, 4}, "none", -1, {}},  // chunks larger than the shape: clipped
+  };
+  for (unsigned threads : {2u, 0u}) {
+    Engine e(engine_opts(threads));
+    uint32_t seed = 100 * threads;
+    for (const ChunkedCase& c : cases) {
+      INFO(c.typestr << " " << c.compression << " rank " << c.shape.size() << ", " << threads
+                     << " pool threads");
+      Writer w(e, {});
+      const std::string f = fresh_path(std::string("chunked_") + c.compression);
+      w.create_file(f);
+      w.create_group(f, "/data");
+      NewDataset spec;
+      spec.shape = c.shape;
+      spec.typestr = c.typestr;
+      spec.chunks = c.chunks;
+      spec.compression = c.compression;
+      spec.level = c.level;
+      auto d = w.create_dataset(f, "/data/x", spec);
+      const uint64_t nelem = product(c.shape);
+      const uint64_t n = nelem * itemsize_of(c.typestr);
+      REQUIRE(d->nbytes() == n);
+      CHECK(d->describe().find("chunked") != std::string::npos);
+      const uint64_t span = std::max<uint64_t>(2 * n / c.shape[0], 200);  // write lengths
+      std::mt19937_64 rng(++seed);
+
+      // Nothing written yet: fill (0) everywhere, in the file as in read().
+      Bytes expect(n, 0);
+      Stored st = read_stored(f, "/data/x", c.typestr);
+      CHECK(st.layout == H5D_CHUNKED);
+      CHECK(st.type_matches);
+      CHECK(st.dims == std::vector<hsize_t>(c.shape.begin(), c.shape.end()));
+      std::vector<hsize_t> chunks(c.chunks.size());
+      for (size_t k = 0; k < chunks.size(); ++k) chunks[k] = std::min(c.chunks[k], c.shape[k]);
+      CHECK(st.chunks == chunks);
+      CHECK(st.filter_ids() == c.filters);
+      if (c.level >= 0 && !c.filters.empty())
+        CHECK(st.filters.back().second.at(0) == unsigned(c.level));
+      REQUIRE(diff(st.data, expect) == "");
+      check_readback(*d, expect, seed);
+
+      // 1. Scattered ranges: some chunks complete, most partial. flush(false) writes the partial
+      //    ones padded with fill.
+      const Bytes src1 = make_values(c.typestr, nelem, ++seed);
+      apply(*d, scattered(n, 12, span, rng), src1, expect);
+      check_readback(*d, expect, seed);
+      d->flush(false);
+      st = read_stored(f, "/data/x", c.typestr);
+      REQUIRE(diff(st.data, expect) == "");
+      CHECK((st.via_h5dread || (!c.filters.empty() && c.filters.back() == 32015)));
+
+      // 2. Overwrites touching chunks already in the file (read back, modified, rewritten).
+      const Bytes src2 = make_values(c.typestr, nelem, ++seed);
+      apply(*d, scattered(n, 12, span, rng), src2, expect);
+      check_readback(*d, expect, seed);
+      d->flush(false);
+      REQUIRE(diff(read_stored(f, "/data/x", c.typestr).data, expect) == "");
+
+      // 3. Everything, in random order: complete chunks go to the file in the background.
+      const Bytes src3 = make_values(c.typestr, nelem, ++seed);
+      apply(*d, cover(n, span / 4, rng), src3, expect);
+      REQUIRE(diff(expect, src3) == "");
+      check_readback(*d, expect, seed);
+      d->flush(false);
+      REQUIRE(diff(read_stored(f, "/data/x", c.typestr).data, expect) == "");
+
+      // Past the end: EFBIG, nothing written.
+      const Bytes junk(64, 0xAB);
+      CHECK(errno_of([&] { d->write(n, junk.data(), 1); }) == EFBIG);
+      CHECK(errno_of([&] { d->write(n - 3, junk.data(), 4); }) == EFBIG);
+      CHECK(errno_of([&] { d->write(UINT64_MAX - 1, junk.data(), 4); }) == EFBIG);
+      CHECK(errno_of([&] { d->write(n, junk.data(), 0); }) == 0);
+
+      // 4. A second dataset written partially and never flushed: close_all writes it.
+      auto d2 = w.create_dataset(f, "/data/late", spec);
+      Bytes expect2(n, 0);
+      const Bytes src4 = make_values(c.typestr, nelem, ++seed);
+      apply(*d2, scattered(n, 6, span / 2, rng), src4, expect2);
+      w.close_all();
+      CHECK(errno_of([&] { d->write(0, junk.data(), 1); }) == EIO);
+      CHECK(errno_of([&] { d2->write(0, junk.data(), 1); }) == EIO);
+      REQUIRE(diff(read_stored(f, "/data/x", c.typestr).data, expect) == "");
+      REQUIRE(diff(read_stored(f, "/data/late", c.typestr).data, expect2) == "");
+    }
+  }
+}
+
+TEST_CASE("writer: automatic chunks and flush_all", "[writer]") {
+  Engine e(engine_opts(2));
+  WriterOptions o;
+  o.compression = "gzip";
+  Writer w(e, o);
+  CHECK(w.options().compression == "gzip");
+  const std::string f = fresh_path("auto");
+  w.create_file(f);
+  NewDataset spec;
+  spec.shape = {600, 1000};  // 1.2 MB
+  spec.typestr = "<u2";
+  spec.compression = "gzip";
+  auto a = w.create_dataset(f, "/a", spec);
+  spec.shape = {7, 9};
+  auto b = w.create_dataset(f, "/b", spec);
+  std::mt19937_64 rng(5);
+  Bytes ea(a->nbytes(), 0), eb(b->nbytes(), 0);
+  apply(*a, scattered(a->nbytes(), 20, 5000, rng), make_values("<u2", 600000, 1), ea);
+  apply(*b, scattered(b->nbytes(), 3, 20, rng), make_values("<u2", 63, 2), eb);
+  w.flush_all();  // partial chunks of both datasets, without flushing them one by one
+  const Stored sa = read_stored(f, "/a", "<u2");
+  const Stored sb = read_stored(f, "/b", "<u2");
+  REQUIRE(diff(sa.data, ea) == "");
+  REQUIRE(diff(sb.data, eb) == "");
+  // About 1 MiB at most, the inner dimension whole; a small dataset is one chunk.
+  REQUIRE(sa.chunks.size() == 2);
+  CHECK(sa.chunks[1] == 1000);
+  CHECK(sa.chunks[0] * sa.chunks[1] * 2 <= (1u << 20));
+  CHECK(sa.chunks[0] * sa.chunks[1] * 2 > (1u << 19));
+  CHECK(sb.chunks == std::vector<hsize_t>{7, 9});
+  CHECK(sa.filter_ids() == std::vector<int>{2, 1});
+}
+
+TEST_CASE("writer: concurrent writes to one dataset", "[writer]") {
+  Engine e(engine_opts(2));
+  Writer w(e, {});
+  const std::string f = fresh_path("threads");
+  w.create_file(f);
+  struct Case {
+    const char* path;
+    Shape chunks;
+    const char* compression;
+  };
+  const Case cases[] = {
+      {"/contiguous", {}, ""}, {"/chunked", {5, 7}, ""}, {"/gzip", {5, 7}, "gzip"}};
+  for (const Case& c : cases) {
+    INFO(c.path);
+    NewDataset spec;
+    spec.shape = {64, 50};
+    spec.typestr = "<f8";
+    spec.chunks = c.chunks;
+    spec.compression = c.compression;
+    const std::string path = c.path;
+    auto d = w.create_dataset(f, path, spec);
+    const Bytes src = make_values("<f8", 64 * 50, 9);
+    std::mt19937_64 rng(3);
+    const std::vector<Range> pieces = cover(d->nbytes(), 300, rng);
+    std::vector<std::thread> ts;
+    std::vector<std::string> errors(4);
+    for (size_t t = 0; t < 4; ++t) {
+      ts.emplace_back([&, t] {
+        try {
+          for (size_t i = t; i < pieces.size(); i += 4)
+            d->write(pieces[i].off, src.data() + pieces[i].off, pieces[i].len);
+        } catch (const std::exception& ex) {
+          errors[t] = ex.what();
+        }
+      });
+    }
+    for (auto& t : ts) t.join();
+    for (const auto& err : errors) CHECK(err.empty());
+    d->flush(false);
+    check_readback(*d, src, 4);
+    REQUIRE(diff(read_stored(f, path, "<f8").data, src) == "");
+  }
+}
+
+TEST_CASE("writer: existing datasets written in place", "[writer]") {
+  FileSpec fs;
+  fs.path = fresh_path("existing");
+  DsetSpec contig;
+  contig.name = "contig";
+  contig.layout = "contiguous";
+  contig.dims = {50, 40};
+  write_dataset(fs, contig, 1);
+  DsetSpec chunked;
+  chunked.name = "chunked";
+  chunked.dims = {30, 30};
+  chunked.chunks = {10, 10};
+  write_dataset(fs, chunked, 2);
+  DsetSpec compact = contig;
+  compact.name = "compact";
+  compact.layout = "compact";
+  compact.dims = {4, 4};
+  write_dataset(fs, compact, 3);
+  DsetSpec unalloc = contig;
+  unalloc.name = "unallocated";
+  unalloc.write_data = false;
+  write_dataset(fs, unalloc, 4);
+  Bytes original, chunked_before;
+  {
+    auto lk = h5::lock();
+    original = h5_read_all(fs.path, "/contig");
+    chunked_before = h5_read_all(fs.path, "/chunked");
+  }
+  REQUIRE(original.size() == 50 * 40 * 2);
+
+  Engine e(engine_opts(2));
+  {
+    Writer ro(e, {});
+    CHECK(errno_of([&] { ro.open_existing(fs.path, "/contig"); }) == EPERM);
+  }
+  WriterOptions o;
+  o.write_existing = true;
+  Writer w(e, o);
+  CHECK_FALSE(w.owns(fs.path));  // in place only: no new datasets there
+  for (const char* p : {"/chunked", "/compact", "/unallocated"}) {
+    INFO(p);
+    CHECK(errno_of([&] { w.open_existing(fs.path, p); }) == EPERM);
+  }
+  CHECK(errno_of([&] { w.open_existing(fs.path, "/missing"); }) != 0);
+  auto d = w.open_existing(fs.path, "/contig");
+  CHECK(w.open_existing(fs.path, "/contig") == d);  // one writer per dataset
+  CHECK_FALSE(w.owns(fs.path));
+  NewDataset spec;
+  spec.shape = {2};
+  spec.typestr = "<u2";
+  CHECK(errno_of([&] { w.create_dataset(fs.path, "/new", spec); }) == EPERM);
+  REQUIRE(d->nbytes() == original.size());
+  check_readback(*d, original, 1);
+
+  Bytes expect = original;
+  std::mt19937_64 rng(8);
+  apply(*d, scattered(expect.size(), 15, 500, rng), make_values("<u2", 2000, 77), expect);
+  REQUIRE(expect != original);
+  check_readback(*d, expect, 2);
+  REQUIRE(diff(read_stored(fs.path, "/contig", "<u2").data, expect) == "");
+  const Bytes junk(8, 0xCD);
+  CHECK(errno_of([&] { d->write(expect.size() - 1, junk.data(), 2); }) == EFBIG);
+  d->flush(true);
+  REQUIRE(diff(read_stored(fs.path, "/contig", "<u2").data, expect) == "");
+  // Untouched: the other dataset in the file.
+  REQUIRE(diff(read_stored(fs.path, "/chunked", "<u2").data, chunked_before) == "");
+
+  w.close_all();
+  CHECK(errno_of([&] { d->write(0, junk.data(), 1); }) == EIO);
+  REQUIRE(diff(read_stored(fs.path, "/contig", "<u2").data, expect) == "");
+}
