@@ -34,6 +34,7 @@ HERE = osp.dirname(osp.abspath(__file__))
 sys.path.insert(0, osp.join(HERE, '..', 'tests', 'python'))
 EXAMPLES = osp.join(HERE, '..', 'docs', 'examples')
 import dark_mock  # noqa: E402
+import benchlib  # noqa: E402
 
 PY = '/usr/bin/python3' if osp.exists('/usr/bin/python3') else sys.executable
 
@@ -52,34 +53,6 @@ def evict(paths):
 def run_files(manifest):
     return [osp.join(r, f) for r in manifest['runs'].values() for f in sorted(os.listdir(r))
             if f.endswith('.h5')]
-
-
-class Mount:
-    def __init__(self, binary, src, opts=None):
-        self.mnt = tempfile.mkdtemp(prefix='mnt-dark-')
-        cmd = [binary, src, self.mnt, '-f'] + (['-o', opts] if opts else [])
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        t0 = time.monotonic()
-        while not osp.ismount(self.mnt):
-            if self.proc.poll() is not None or time.monotonic() - t0 > 30:
-                self.close()
-                sys.exit('mount failed: ' + (self.proc.stderr.read().decode()
-                                             if self.proc.poll() is not None else 'timeout'))
-            time.sleep(0.01)
-
-    def close(self):
-        subprocess.run(['fusermount3', '-u', '-z', self.mnt], stderr=subprocess.DEVNULL)
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        try:
-            os.rmdir(self.mnt)
-        except OSError:
-            pass
 
 
 def timed(cmd, timeout=3600):
@@ -155,7 +128,8 @@ def main():
             ref = timed([PY, osp.join(EXAMPLES, 'dark_reference.py'), *originals, '-o', out_ref])
             if mode == 'cold':
                 evict(files)
-            m = Mount(binary, osp.join(work, 'raw'), a.mount_opts)
+            m = benchlib.mount_h5direct(binary, osp.join(work, 'raw'), a.mount_opts,
+                                         stderr=subprocess.PIPE)
             try:
                 mounted = [osp.join(m.mnt, man['run_names'][g]) for g in ('high', 'medium', 'low')]
                 ex = timed([PY, osp.join(EXAMPLES, 'dark_characterisation.py'), *mounted,

@@ -16,7 +16,6 @@ import glob
 import os
 import os.path as osp
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, osp.join(osp.dirname(osp.abspath(__file__)), '..', 'tests', 'python'))
 import detector_mock  # noqa: E402
+import benchlib  # noqa: E402
 
 
 def read_h5py(run_dir):
@@ -74,15 +74,9 @@ def main():
         detector_mock.build(work, 'bench', bench_trains=a.trains, bench_frames=a.frames,
                             bench_files=a.files)
         print(f'generated {len(os.listdir(run_dir))} files in {time.monotonic() - t0:.1f} s')
-    mnt = tempfile.mkdtemp(prefix='mnt-', dir=work)
-    proc = subprocess.Popen([binary, run_dir, mnt, '-f'], stderr=subprocess.DEVNULL)
+    m = benchlib.mount_h5direct(binary, run_dir, workdir=work)
     try:
-        t0 = time.monotonic()
-        while not osp.ismount(mnt):
-            if proc.poll() is not None or time.monotonic() - t0 > 30:
-                sys.exit('mount failed')
-            time.sleep(0.005)
-        det = osp.join(mnt, 'SPB_DET_AGIPD1M-1')
+        det = osp.join(m.mnt, 'SPB_DET_AGIPD1M-1')
         ref = read_h5py(run_dir)  # warms the page cache
         nbytes = ref.nbytes
         print(f'stacked image.data: {ref.shape} {ref.dtype}, {nbytes / 2**20:.0f} MiB, '
@@ -107,10 +101,7 @@ def main():
         assert got == ref.tobytes(), 'mount bytes differ from h5py'
         print('mount bytes equal h5py bytes')
     finally:
-        subprocess.run(['fusermount3', '-u', '-z', mnt])
-        proc.terminate()
-        proc.wait(10)
-        os.rmdir(mnt)
+        m.close()
         if not a.workdir:
             shutil.rmtree(work, ignore_errors=True)
 

@@ -17,13 +17,7 @@ import time
 
 sys.path.insert(0, osp.join(osp.dirname(osp.abspath(__file__)), '..', 'tests', 'python'))
 import euxfel_mock  # noqa: E402
-
-
-def cpu_seconds(pid):
-    """utime + stime of a process (all threads), from /proc: robust to other load on the machine."""
-    with open(f'/proc/{pid}/stat') as f:
-        fields = f.read().rsplit(')', 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+import benchlib  # noqa: E402
 
 
 def walk_stat(root):
@@ -52,20 +46,15 @@ def main():
                           seq_files=a.seq_files, trains_per_file=2)
         print(f'generated {len(os.listdir(run_dir))} files in {time.monotonic() - t0:.1f} s')
     subprocess.run(['sync'])
-    mnt = tempfile.mkdtemp(prefix='mnt-', dir=work)
-    t0 = time.monotonic()
-    proc = subprocess.Popen([binary, run_dir, mnt, '-f'], stderr=subprocess.DEVNULL)
+    m = benchlib.mount_h5direct(binary, run_dir, workdir=work)
+    mnt = m.mnt
+    t_mount = m.t_mounted
     try:
-        while not osp.ismount(mnt):
-            if proc.poll() is not None or time.monotonic() - t0 > 30:
-                sys.exit('mount failed')
-            time.sleep(0.005)
-        t_mount = time.monotonic() - t0
-        c0 = cpu_seconds(proc.pid)
+        c0 = m.cpu_seconds()
         t1 = time.monotonic()
         n = walk_stat(mnt)
         t_list = time.monotonic() - t1
-        c1 = cpu_seconds(proc.pid)
+        c1 = m.cpu_seconds()
         print(f'mount {t_mount * 1e3:.0f} ms, list+stat {n} entries {t_list * 1e3:.0f} ms, '
               f'total {(t_mount + t_list) * 1e3:.0f} ms (goal < 1000); '
               f'mount.h5direct CPU during the walk {(c1 - c0) * 1e3:.0f} ms, '
@@ -81,10 +70,7 @@ def main():
                 f.read(1)
             print(f'first byte of {rel}: {(time.monotonic() - t2) * 1e3:.1f} ms (goal < 100)')
     finally:
-        subprocess.run(['fusermount3', '-u', '-z', mnt])
-        proc.terminate()
-        proc.wait(10)
-        os.rmdir(mnt)
+        m.close()
         if not a.workdir:
             shutil.rmtree(work, ignore_errors=True)
 

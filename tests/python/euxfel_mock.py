@@ -20,7 +20,6 @@ import os
 import os.path as osp
 import sys
 import zlib
-from datetime import datetime, timedelta, timezone
 
 import h5py
 import numpy as np

@@ -7,23 +7,20 @@ import os
 import os.path as osp
 import shutil
 import sys
-import tempfile
 
 import numpy as np
 import pytest
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 import detector_mock  # noqa: E402
-from test_euxfel import BIN, Mount  # noqa: E402,F401
+from h5d_testlib import BIN, Mount, make_tmpdir  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not BIN or not osp.exists(BIN),
                                 reason='H5DIRECT_BIN (the built mount.h5direct) is not set')
 
 
 def _tmp_base():
-    base = os.environ.get('H5D_TEST_TMP') or tempfile.gettempdir()
-    os.makedirs(base, exist_ok=True)
-    return tempfile.mkdtemp(prefix='detector-py-', dir=base)
+    return make_tmpdir('detector-py-')
 
 
 @pytest.fixture(scope='module', params=['raw', 'corr'])

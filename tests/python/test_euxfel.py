@@ -5,62 +5,21 @@ import json
 import os
 import os.path as osp
 import shutil
-import subprocess
 import sys
-import tempfile
-import time
 
 import numpy as np
 import pytest
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 import euxfel_mock  # noqa: E402
+from h5d_testlib import BIN, Mount, make_tmpdir  # noqa: E402
 
-BIN = os.environ.get('H5DIRECT_BIN')
 pytestmark = pytest.mark.skipif(not BIN or not osp.exists(BIN),
                                 reason='H5DIRECT_BIN (the built mount.h5direct) is not set')
 
 
 def _tmp_base():
-    base = os.environ.get('H5D_TEST_TMP') or tempfile.gettempdir()
-    os.makedirs(base, exist_ok=True)
-    return tempfile.mkdtemp(prefix='euxfel-py-', dir=base)
-
-
-class Mount:
-    """Minimal mount helper: mount.h5direct SRC MNT -f [-o opts], always unmounted."""
-    def __init__(self, src, opts=None, timeout=20):
-        self.mnt = tempfile.mkdtemp(prefix='mnt-', dir=osp.dirname(src.rstrip('/')))
-        cmd = [BIN, src, self.mnt, '-f']
-        if opts:
-            cmd += ['-o', opts]
-        self.log = open(self.mnt + '.log', 'w')
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        t0 = time.monotonic()
-        while not osp.ismount(self.mnt):
-            if self.proc.poll() is not None:
-                self.close()
-                raise RuntimeError(f'mount.h5direct exited with {self.proc.returncode}: '
-                                   + open(self.mnt + '.log').read())
-            if time.monotonic() - t0 > timeout:
-                self.close()
-                raise TimeoutError('mount did not appear')
-            time.sleep(0.05)
-
-    def close(self):
-        subprocess.run(['fusermount3', '-u', '-z', self.mnt], stderr=subprocess.DEVNULL)
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.log.close()
-        try:
-            os.rmdir(self.mnt)
-        except OSError:
-            pass
+    return make_tmpdir('euxfel-py-')
 
 
 @pytest.fixture

@@ -156,7 +156,7 @@ TEST_CASE("array files: .npy header from memory then the array's bytes; .raw alo
   ArraySpec spec{Shape{3, 1000}, u2, "mem", "direct", [&] {
                    ++loads;
                    return arr;
-                 }};
+                 }, "", ""};
   auto npy = make_array_file(ctx, ArrayFormat::Npy, spec, meta(0444));
   auto raw = make_array_file(ctx, ArrayFormat::Raw, spec, meta(0444));
   CHECK(loads == 0);  // nothing loaded before open
@@ -191,7 +191,8 @@ TEST_CASE("empty arrays: header-only .npy, empty .raw, no load", "[vfs]") {
   DType f4;
   f4.typestr = "<f4";
   f4.itemsize = 4;
-  ArraySpec spec{Shape{0, 5}, f4, "empty", "direct", []() -> ArrayPtr { fail(EIO, "must not load"); }};
+  ArraySpec spec{Shape{0, 5}, f4, "empty", "direct",
+                 []() -> ArrayPtr { fail(EIO, "must not load"); }, "", ""};
   auto npy = make_array_file(ctx, ArrayFormat::Npy, spec, meta(0444));
   CHECK(npy->size() == 4096);
   auto f = static_cast<FileNode&>(*npy).open();

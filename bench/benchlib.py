@@ -1,0 +1,77 @@
+"""Shared by the benchmark scripts: a FUSE daemon started in the foreground and always unmounted.
+
+Mount(cmd, mnt) runs `cmd` (which mounts at `mnt` and stays in the foreground), waits until
+`mnt` is a mount point, and close() unmounts it lazily and reaps the daemon, even when the
+benchmark fails. mount_h5direct() builds the command line of mount.h5direct.
+"""
+import os
+import os.path as osp
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def h5direct_cmd(binary, src, mnt, opts=None):
+    return [binary, src, mnt, '-f'] + (['-o', opts] if opts else [])
+
+
+class Mount:
+    def __init__(self, cmd, mnt, timeout=30, stderr=subprocess.DEVNULL, remove_mnt=False):
+        self.mnt = mnt
+        self.remove_mnt = remove_mnt
+        self.t_start = time.monotonic()
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr)
+        while not osp.ismount(mnt):
+            if self.proc.poll() is not None or time.monotonic() - self.t_start > timeout:
+                why = 'timeout'
+                if self.proc.poll() is not None:
+                    why = f'exit status {self.proc.returncode}'
+                    if self.proc.stderr:
+                        why += ': ' + self.proc.stderr.read().decode(errors='replace')
+                self.close()
+                sys.exit(f'{cmd[0]} did not mount {mnt} ({why})')
+            time.sleep(0.005)
+        self.t_mounted = time.monotonic() - self.t_start
+
+    def peak_rss_mb(self):
+        with open(f'/proc/{self.proc.pid}/status') as f:
+            for line in f:
+                if line.startswith('VmHWM'):
+                    return int(line.split()[1]) / 1024
+
+    def cpu_seconds(self):
+        """utime + stime of the daemon (all threads), from /proc: robust to other load."""
+        with open(f'/proc/{self.proc.pid}/stat') as f:
+            fields = f.read().rsplit(')', 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+    def close(self):
+        subprocess.run(['fusermount3', '-u', '-z', self.mnt], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        if self.remove_mnt:
+            try:
+                os.rmdir(self.mnt)
+            except OSError:
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def mount_h5direct(binary, src, opts=None, mnt=None, workdir=None, stderr=subprocess.DEVNULL):
+    """mount.h5direct SRC at `mnt`, or at a new directory under `workdir` (removed at close)."""
+    fresh = mnt is None
+    if fresh:
+        mnt = tempfile.mkdtemp(prefix='mnt-', dir=workdir)
+    return Mount(h5direct_cmd(binary, src, mnt, opts), mnt, stderr=stderr, remove_mnt=fresh)
