@@ -20,16 +20,15 @@ import argparse
 import json
 import os
 import os.path as osp
-import re
-import resource
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 
 import h5py
 import numpy as np
+
+import benchlib
 
 p = argparse.ArgumentParser()
 p.add_argument('--build', default='build')
@@ -84,44 +83,15 @@ def warm(path):
             pass
 
 
-class Mounted:
-    def __init__(self, opts=''):
-        cmd = [BIN, src, mnt, '-f'] + (['-o', opts] if opts else [])
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        t0 = time.monotonic()
-        while not osp.ismount(mnt):
-            if self.proc.poll() is not None or time.monotonic() - t0 > 20:
-                raise RuntimeError('mount failed')
-            time.sleep(0.01)
-
-    def peak_rss_mb(self):
-        with open(f'/proc/{self.proc.pid}/status') as f:
-            for line in f:
-                if line.startswith('VmHWM'):
-                    return int(line.split()[1]) / 1024
-
-    def close(self):
-        subprocess.call(['fusermount3', '-u', '-z', mnt])
-        self.proc.wait(20)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        self.close()
+def Mounted(opts=''):
+    return benchlib.mount_h5direct(BIN, src, opts or None, mnt=mnt)
 
 
-class Ceiling(Mounted):
+def Ceiling(size, readahead_kb=0):
     # readahead_kb: the mount's read-ahead (root only), set while INIT is answered the way
     # h5direct sets its own; 0 keeps the kernel's default (128 KiB).
-    def __init__(self, size, readahead_kb=0):
-        cmd = [CEIL, mnt, str(size)] + ([str(readahead_kb)] if readahead_kb and os.geteuid() == 0 else [])
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        t0 = time.monotonic()
-        while not osp.ismount(mnt):
-            if self.proc.poll() is not None or time.monotonic() - t0 > 20:
-                raise RuntimeError('ceiling mount failed')
-            time.sleep(0.01)
+    ra = [str(readahead_kb)] if readahead_kb and os.geteuid() == 0 else []
+    return benchlib.Mount([CEIL, mnt, str(size)] + ra, mnt)
 
 
 def timed(fn):
@@ -192,23 +162,38 @@ for rnd in range(args.rounds):
         with h5py.File(path, 'r') as f:
             d = f['compressed']
             record('random/h5py dset[i]', timed(lambda: [d[int(i)] for i in idx]))
-        with Mounted() as m:
-            a = np.load(osp.join(mnt, 'frames.h5', 'compressed.npy'), mmap_mode='r')
-            out = np.empty(FRAME, '<u2')
-            def rnd_read():
-                for i in idx:
-                    out[...] = a[int(i)]
-            record('random/h5direct np.load(mmap)[i]', timed(rnd_read))
-            del a  # a live mapping keeps a lazy unmount (and the daemon) waiting
-        with Mounted() as m:
-            fsz = FRAME[0] * FRAME[1] * 2
-            fd = os.open(osp.join(mnt, 'frames.h5', 'compressed.raw'), os.O_RDONLY)
-            out = np.empty(FRAME, '<u2')
-            def rnd_pread():
+        fsz = FRAME[0] * FRAME[1] * 2
+        out = np.empty(FRAME, '<u2')
+
+        def rnd_mmap(a):
+            for i in idx:
+                out[...] = a[int(i)]
+
+        def rnd_pread(fn):
+            fd = os.open(fn, os.O_RDONLY)
+            try:
                 for i in idx:
                     out.view(np.uint8).reshape(-1)[:] = np.frombuffer(os.pread(fd, fsz, int(i) * fsz), np.uint8)
-            record('random/h5direct pread(.raw)', timed(rnd_pread))
-            os.close(fd)
+            finally:
+                os.close(fd)
+        with Mounted() as m:
+            a = np.load(osp.join(mnt, 'frames.h5', 'compressed.npy'), mmap_mode='r')
+            record('random/h5direct np.load(mmap)[i]', timed(lambda: rnd_mmap(a)))
+            del a  # a live mapping keeps a lazy unmount (and the daemon) waiting
+        with Mounted() as m:
+            record('random/h5direct pread(.raw)', timed(lambda: rnd_pread(osp.join(mnt, 'frames.h5', 'compressed.raw'))))
+            with open(osp.join(mnt, '.h5direct', 'stats.json')) as f:
+                st = json.load(f)
+            record('random/h5direct pread(.raw) decoding', st['decode_seconds'])
+            record('random/h5direct pread(.raw) chunks decoded', st['chunks_decoded'])
+        # The floor under any FUSE reader of these frames: the same loops over a bare FUSE file
+        # served from memory (no decode), at the kernel's default read-ahead.
+        with Ceiling(nbytes):
+            a = np.memmap(osp.join(mnt, 'data'), mode='r', dtype='<u2', shape=(args.frames,) + FRAME)
+            record('random/FUSE ceiling np.memmap[i]', timed(lambda: rnd_mmap(a)))
+            del a
+        with Ceiling(nbytes):
+            record('random/FUSE ceiling pread', timed(lambda: rnd_pread(osp.join(mnt, 'data'))))
     if 'scaling' not in skip:
         for t in range(1, NCPU + 1):
             with Mounted(f'threads={t}'):
@@ -248,6 +233,10 @@ if 'uncompressed' not in skip:
 if 'random' not in skip:
     ratio['random frames, np.load(mmap)[i] vs h5py dset[i]'] = med('random/h5py dset[i]') / med('random/h5direct np.load(mmap)[i]')
     ratio['random frames, pread(.raw) vs h5py dset[i]'] = med('random/h5py dset[i]') / med('random/h5direct pread(.raw)')
+    # Best h5direct could do here: the same loop over the bare FUSE file (no decode) plus the time
+    # the daemon spent reading and decoding the frames in that run (stats.json decode_seconds).
+    floor = med('random/FUSE ceiling pread') + med('random/h5direct pread(.raw) decoding')
+    ratio['random frames, bound: h5py / (bare FUSE file pread + decoding)'] = med('random/h5py dset[i]') / floor
 
 chunkmap = None
 if 'chunkmap' not in skip and osp.exists(CHUNKMAP):
@@ -302,7 +291,10 @@ for k, v in ratio.items():
     lines.append(f'| {k} | {v:.2f}x |')
 if 'random' not in skip:
     lines.append(f'| random: h5py {med("random/h5py dset[i]"):.3f} s, h5direct mmap {med("random/h5direct np.load(mmap)[i]"):.3f} s, '
-                 f'pread {med("random/h5direct pread(.raw)"):.3f} s for {args.random} frames | |')
+                 f'pread {med("random/h5direct pread(.raw)"):.3f} s for {args.random} frames; '
+                 f'bare FUSE file memmap {med("random/FUSE ceiling np.memmap[i]"):.3f} s, pread {med("random/FUSE ceiling pread"):.3f} s; '
+                 f'h5direct pread run decoded {med("random/h5direct pread(.raw) chunks decoded"):.0f} chunks in '
+                 f'{med("random/h5direct pread(.raw) decoding"):.3f} s | |')
 if stream:
     lines.append('')
     lines.append(f'Streaming {stream[0]:.1f} GB through `frames.raw` with `-o cache_size=256M`: {stream[1]:.1f} s, '

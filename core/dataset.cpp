@@ -1,6 +1,7 @@
 #include "core/dataset.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "core/chunk_cache.h"
@@ -349,6 +350,7 @@ class ChunkedArray final : public DatasetArray {
   ChunkBytes decode(const Shape& cc, const fmt::ChunkLoc& loc) const {
     try {
       if (loc.size > (uint64_t(1) << 34)) fail_data("stored chunk size " + std::to_string(loc.size) + " is implausible");
+      const auto t0 = std::chrono::steady_clock::now();
       auto fd = engine_.fds().get(info_->file, &st_.file_id);
       thread_local std::vector<uint8_t> in;
       in.resize(loc.size);
@@ -358,6 +360,9 @@ class ChunkedArray final : public DatasetArray {
       auto out = std::make_shared<std::vector<uint8_t>>();
       decode_chunk(info_->filters, loc.filter_mask, info_->dtype.itemsize, in, chunk_bytes_, *out);
       engine_.stats().chunks_decoded.fetch_add(1, std::memory_order_relaxed);
+      engine_.stats().decode_ns.fetch_add(
+          uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count()),
+          std::memory_order_relaxed);
       if (in.capacity() > (64u << 20)) std::vector<uint8_t>().swap(in);
       return out;
     } catch (...) {

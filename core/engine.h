@@ -33,6 +33,7 @@ struct Stats {
   std::atomic<uint64_t> bytes_served{0};
   std::atomic<uint64_t> reads{0};
   std::atomic<uint64_t> chunks_decoded{0};
+  std::atomic<uint64_t> decode_ns{0};  // wall time reading + decoding chunks, summed over threads
   std::atomic<uint64_t> chunks_prefetched{0};
   std::atomic<uint64_t> cache_hits{0};
   std::atomic<uint64_t> cache_misses{0};

@@ -245,6 +245,7 @@ std::string Vfs::render_stats() {
   j["bytes_served"] = st.bytes_served.load();
   j["reads"] = st.reads.load();
   j["chunks_decoded"] = st.chunks_decoded.load();
+  j["decode_seconds"] = double(st.decode_ns.load()) * 1e-9;
   j["chunks_prefetched"] = st.chunks_prefetched.load();
   j["cache_hits"] = st.cache_hits.load();
   j["cache_misses"] = st.cache_misses.load();

@@ -120,8 +120,9 @@ def test_read_only(srcdir, mount):
 def test_stats_json(srcdir, mount):
     m = mount(srcdir)
     s0 = m.stats()
-    for key in ('bytes_served', 'chunks_decoded', 'cache_hits', 'cache_misses', 'fallbacks',
-                'errors', 'error_replies', 'reads'):
+    assert (s0['decode_seconds'] > 0) == (s0['chunks_decoded'] > 0)
+    for key in ('bytes_served', 'chunks_decoded', 'decode_seconds', 'cache_hits', 'cache_misses',
+                'fallbacks', 'errors', 'error_replies', 'reads'):
         assert key in s0
     data = open(m.path('two.h5', 'x.raw'), 'rb').read()
     assert len(data) == 24
