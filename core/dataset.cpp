@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/buffer_pool.h"
 #include "core/chunk_cache.h"
 #include "core/engine.h"
 #include "core/error.h"
@@ -357,7 +358,7 @@ class ChunkedArray final : public DatasetArray {
       pread_exact(fd->fd(), in.data(), loc.size, loc.addr, info_->file);
       FdCache::verify(info_->file, st_.file_id);
       engine_.stats().bytes_pread.fetch_add(loc.size, std::memory_order_relaxed);
-      auto out = std::make_shared<std::vector<uint8_t>>();
+      auto out = engine_.buffers().get(chunk_bytes_);
       decode_chunk(info_->filters, loc.filter_mask, info_->dtype.itemsize, in, chunk_bytes_, *out);
       engine_.stats().chunks_decoded.fetch_add(1, std::memory_order_relaxed);
       engine_.stats().decode_ns.fetch_add(

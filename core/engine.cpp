@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/buffer_pool.h"
 #include "core/chunk_cache.h"
 #include "core/error.h"
 #include "core/fd_cache.h"
@@ -59,6 +60,10 @@ Engine::Engine(EngineOptions opts) : opts_(opts) {
   pool_ = std::make_unique<ThreadPool>(opts_.threads);
   fds_ = std::make_unique<FdCache>(opts_.max_open_files);
   cache_ = std::make_unique<ChunkCache>(opts_.cache_bytes);
+  // Idle decode buffers on top of the cache budget: an eighth of it, at most 64 MiB; 4 MiB of
+  // each size in use kept touched ahead.
+  buffers_ = std::make_unique<BufferPool>(std::min<uint64_t>(opts_.cache_bytes / 8, 64ull << 20),
+                                          4ull << 20);
 }
 
 Engine::~Engine() {

@@ -14,6 +14,7 @@
 
 namespace h5d {
 
+class BufferPool;
 class FdCache;
 class ChunkCache;
 class H5File;
@@ -61,6 +62,7 @@ class Engine {
   ThreadPool& pool() { return *pool_; }
   FdCache& fds() { return *fds_; }
   ChunkCache& cache() { return *cache_; }
+  BufferPool& buffers() { return *buffers_; }  // for decoded chunks
   Stats& stats() { return stats_; }
 
   // Opens an HDF5 file (or returns the one already open). Throws Error(ENOENT/EIO/...).
@@ -83,6 +85,7 @@ class Engine {
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<FdCache> fds_;
   std::unique_ptr<ChunkCache> cache_;
+  std::unique_ptr<BufferPool> buffers_;
   std::mutex files_mu_;  // guards files_
   std::map<std::string, std::shared_ptr<H5File>> files_;
 };

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/buffer_pool.h"
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -246,6 +247,11 @@ std::string Vfs::render_stats() {
   j["reads"] = st.reads.load();
   j["chunks_decoded"] = st.chunks_decoded.load();
   j["decode_seconds"] = double(st.decode_ns.load()) * 1e-9;
+  const BufferPool::Counters bc = engine_.buffers().counters();
+  j["decode_buffers"] = {{"reused", bc.reused},
+                         {"touched_ahead", bc.touched_ahead},
+                         {"fresh", bc.fresh},
+                         {"idle_bytes", bc.idle_bytes}};
   j["chunks_prefetched"] = st.chunks_prefetched.load();
   j["cache_hits"] = st.cache_hits.load();
   j["cache_misses"] = st.cache_misses.load();

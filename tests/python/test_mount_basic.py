@@ -292,6 +292,9 @@ def test_big_sequential_and_mmap(src, mnt):
     assert stats['bytes_served'] >= expected.nbytes
     assert stats['chunks_decoded'] >= 600 // 8
     assert stats['decode_seconds'] > 0
+    # every decode wrote into one buffer, recycled or touched ahead (reused) or new (fresh)
+    buffers = stats['decode_buffers']
+    assert buffers['reused'] + buffers['fresh'] == stats['chunks_decoded'], stats
 
 
 def values_equal_sum(m, expected):

@@ -121,8 +121,8 @@ def test_stats_json(srcdir, mount):
     m = mount(srcdir)
     s0 = m.stats()
     assert (s0['decode_seconds'] > 0) == (s0['chunks_decoded'] > 0)
-    for key in ('bytes_served', 'chunks_decoded', 'decode_seconds', 'cache_hits', 'cache_misses',
-                'fallbacks', 'errors', 'error_replies', 'reads'):
+    for key in ('bytes_served', 'chunks_decoded', 'decode_seconds', 'decode_buffers', 'cache_hits',
+                'cache_misses', 'fallbacks', 'errors', 'error_replies', 'reads'):
         assert key in s0
     data = open(m.path('two.h5', 'x.raw'), 'rb').read()
     assert len(data) == 24
