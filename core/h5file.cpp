@@ -328,6 +328,12 @@ std::shared_ptr<const DatasetInfo> H5File::load_info(const std::string& dset_pat
     info->is_array = false;
     info->why_not_array = "null dataspace (no elements)";
   }
+  std::string conversion;
+  if (info->is_array && h5::needs_conversion(ftype.get(), conversion)) {
+    info->convert_type = true;
+    st.library_only = true;
+    st.library_reason = conversion + " (converted by libhdf5)";
+  }
   if (info->is_array && !folded.empty()) {
     info->shape.insert(info->shape.end(), folded.begin(), folded.end());
     info->maxshape.insert(info->maxshape.end(), folded.begin(), folded.end());
@@ -457,7 +463,7 @@ std::shared_ptr<const DatasetInfo> H5File::load_info(const std::string& dset_pat
   info->attrs = attributes(dset_path);
 
   // The chunk index type, from the layout message (one small read of the object header).
-  if (info->is_array && info->layout == "chunked" && !st.library_only) {
+  if (info->is_array && info->layout == "chunked" && (!st.library_only || info->convert_type)) {
     try {
       auto fd = engine_.fds().get(path_, &identity_);
       auto layout = fmt::read_layout(*fd, st.geo, st.ohdr_addr);

@@ -59,6 +59,8 @@ struct DatasetInfo {
   std::vector<std::pair<std::string, Value>> attrs;
   std::vector<VdsMapping> vds;
   std::string read_path;     // "direct" or "library: <reason>"
+  bool convert_type = false; // stored bytes differ from dtype's standard layout (h5::needs_conversion):
+                             // read through libhdf5 into h5::standard_type
   Value small_value;         // for non-arrays: the value itself when it is small (strings)
 };
 

@@ -1,5 +1,6 @@
 #include "core/h5types.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -81,6 +82,19 @@ bool scalar_typestr(hid_t t, std::string& out, std::string& why) {
   }
 }
 
+// Bit layout of IEEE binary16/32/64: sign, exponent and mantissa positions and sizes, bias.
+struct FloatLayout {
+  size_t spos, epos, esize, mpos, msize, ebias;
+};
+bool ieee_layout(size_t size, FloatLayout& l) {
+  switch (size) {
+    case 2: l = {15, 10, 5, 0, 10, 15}; return true;
+    case 4: l = {31, 23, 8, 0, 23, 127}; return true;
+    case 8: l = {63, 52, 11, 0, 52, 1023}; return true;
+    default: return false;
+  }
+}
+
 bool complex_typestr(hid_t t, std::string& out) {
   if (H5Tget_nmembers(t) != 2) return false;
   char* n0 = H5Tget_member_name(t, 0);
@@ -145,6 +159,156 @@ bool convert(hid_t t, DType& out, Shape* subshape, std::string& why) {
   return scalar_typestr(t, out.typestr, why);
 }
 
+bool needs_conversion_impl(hid_t t, std::string& why) {
+  const size_t size = H5Tget_size(t);
+  switch (H5Tget_class(t)) {
+    case H5T_INTEGER:
+    case H5T_BITFIELD: {
+      const size_t prec = H5Tget_precision(t);
+      const int off = H5Tget_offset(t);
+      if (prec != 8 * size || off != 0) {
+        why = "integer of " + std::to_string(prec) + " bits at bit offset " + std::to_string(off) +
+              " in " + std::to_string(size) + " bytes";
+        return true;
+      }
+      return false;
+    }
+    case H5T_FLOAT: {
+      if (size == 16) return false;  // long double: served only when it is the native one
+      FloatLayout want{}, got{};
+      if (!ieee_layout(size, want)) return false;
+      H5Tget_fields(t, &got.spos, &got.epos, &got.esize, &got.mpos, &got.msize);
+      got.ebias = H5Tget_ebias(t);
+      if (got.spos != want.spos || got.epos != want.epos || got.esize != want.esize ||
+          got.mpos != want.mpos || got.msize != want.msize || got.ebias != want.ebias ||
+          H5Tget_precision(t) != 8 * size || H5Tget_offset(t) != 0 ||
+          H5Tget_norm(t) != H5T_NORM_IMPLIED) {
+        why = "float of " + std::to_string(size) + " bytes that is not IEEE (exponent bias " +
+              std::to_string(got.ebias) + ", " + std::to_string(got.esize) + " exponent and " +
+              std::to_string(got.msize) + " mantissa bits)";
+        return true;
+      }
+      return false;
+    }
+    case H5T_STRING:
+      if (H5Tis_variable_str(t) <= 0 && H5Tget_strpad(t) != H5T_STR_NULLPAD) {
+        why = H5Tget_strpad(t) == H5T_STR_SPACEPAD ? "space-padded fixed strings"
+                                                   : "NUL-terminated fixed strings";
+        return true;
+      }
+      return false;
+    case H5T_ENUM: {
+      Handle super(H5Tget_super(t));
+      return needs_conversion_impl(super.get(), why);
+    }
+    case H5T_ARRAY: {
+      Handle super(H5Tget_super(t));
+      return needs_conversion_impl(super.get(), why);
+    }
+    case H5T_COMPOUND: {
+      const int n = H5Tget_nmembers(t);
+      for (int i = 0; i < n; ++i) {
+        Handle mt(H5Tget_member_type(t, static_cast<unsigned>(i)));
+        if (needs_conversion_impl(mt.get(), why)) {
+          char* name = H5Tget_member_name(t, static_cast<unsigned>(i));
+          why = "member '" + std::string(name ? name : "") + "': " + why;
+          if (name) H5free_memory(name);
+          return true;
+        }
+      }
+      return false;
+    }
+    default: return false;
+  }
+}
+
+Handle standard_type_impl(hid_t t) {
+  const size_t size = H5Tget_size(t);
+  const bool be = H5Tget_order(t) == H5T_ORDER_BE;
+  switch (H5Tget_class(t)) {
+    case H5T_INTEGER: {
+      const bool sign = H5Tget_sign(t) == H5T_SGN_2;
+      Handle s(H5Tcopy(sign ? H5T_STD_I8LE : H5T_STD_U8LE));
+      check(H5Tset_size(s.get(), size), "H5Tset_size");
+      check(H5Tset_precision(s.get(), 8 * size), "H5Tset_precision");
+      check(H5Tset_order(s.get(), be ? H5T_ORDER_BE : H5T_ORDER_LE), "H5Tset_order");
+      return s;
+    }
+    case H5T_BITFIELD: {
+      Handle s(H5Tcopy(H5T_STD_B8LE));
+      check(H5Tset_size(s.get(), size), "H5Tset_size");
+      check(H5Tset_precision(s.get(), 8 * size), "H5Tset_precision");
+      check(H5Tset_order(s.get(), be ? H5T_ORDER_BE : H5T_ORDER_LE), "H5Tset_order");
+      return s;
+    }
+    case H5T_FLOAT: {
+      FloatLayout l{};
+      if (!ieee_layout(size, l)) return Handle(check(H5Tcopy(t), "H5Tcopy"));
+      Handle s(H5Tcopy(size == 8 ? H5T_IEEE_F64LE : H5T_IEEE_F32LE));
+      if (size == 2) {  // binary16, built the way h5py builds its float16 type
+        check(H5Tset_fields(s.get(), l.spos, l.epos, l.esize, l.mpos, l.msize), "H5Tset_fields");
+        check(H5Tset_size(s.get(), 2), "H5Tset_size");
+        check(H5Tset_ebias(s.get(), l.ebias), "H5Tset_ebias");
+      }
+      check(H5Tset_order(s.get(), be ? H5T_ORDER_BE : H5T_ORDER_LE), "H5Tset_order");
+      return s;
+    }
+    case H5T_STRING: {
+      Handle s(check(H5Tcopy(t), "H5Tcopy"));
+      if (H5Tis_variable_str(t) <= 0) check(H5Tset_strpad(s.get(), H5T_STR_NULLPAD), "H5Tset_strpad");
+      return s;
+    }
+    case H5T_ENUM: {
+      Handle fsuper(H5Tget_super(t));
+      Handle ssuper = standard_type_impl(fsuper.get());
+      Handle s(check(H5Tenum_create(ssuper.get()), "H5Tenum_create"));
+      const size_t fs = H5Tget_size(fsuper.get());
+      std::vector<uint8_t> v(std::max<size_t>(fs, 8) * 2);
+      for (int i = 0, n = H5Tget_nmembers(t); i < n; ++i) {
+        char* name = H5Tget_member_name(t, static_cast<unsigned>(i));
+        std::fill(v.begin(), v.end(), 0);
+        H5Tget_member_value(t, static_cast<unsigned>(i), v.data());
+        const herr_t ok = H5Tconvert(fsuper.get(), ssuper.get(), 1, v.data(), nullptr, H5P_DEFAULT);
+        const herr_t ins = ok < 0 ? ok : H5Tenum_insert(s.get(), name ? name : "", v.data());
+        if (name) H5free_memory(name);
+        check(ins, "H5Tenum_insert");
+      }
+      return s;
+    }
+    case H5T_ARRAY: {
+      Handle super(H5Tget_super(t));
+      Handle ssuper = standard_type_impl(super.get());
+      const int nd = H5Tget_array_ndims(t);
+      std::vector<hsize_t> dims(static_cast<size_t>(std::max(nd, 0)));
+      H5Tget_array_dims2(t, dims.data());
+      return Handle(check(H5Tarray_create2(ssuper.get(), static_cast<unsigned>(nd), dims.data()),
+                          "H5Tarray_create2"));
+    }
+    case H5T_COMPOUND: {
+      Handle s(check(H5Tcreate(H5T_COMPOUND, size), "H5Tcreate"));
+      for (int i = 0, n = H5Tget_nmembers(t); i < n; ++i) {
+        const unsigned k = static_cast<unsigned>(i);
+        char* name = H5Tget_member_name(t, k);
+        Handle mt(H5Tget_member_type(t, k));
+        Handle smt = standard_type_impl(mt.get());
+        const herr_t ins = H5Tinsert(s.get(), name ? name : "", H5Tget_member_offset(t, k), smt.get());
+        if (name) H5free_memory(name);
+        check(ins, "H5Tinsert");
+      }
+      return s;
+    }
+    default: return Handle(check(H5Tcopy(t), "H5Tcopy"));
+  }
+}
+
+}  // namespace
+
+bool needs_conversion(hid_t type, std::string& why) { return needs_conversion_impl(type, why); }
+
+Handle standard_type(hid_t type) { return standard_type_impl(type); }
+
+namespace {
+
 const char* class_name(H5T_class_t c) {
   switch (c) {
     case H5T_INTEGER: return "integer";
@@ -170,7 +334,10 @@ bool dtype_from_h5(hid_t type, DType& out, Shape& folded, std::string& why, std:
   if (cls == H5T_INTEGER || cls == H5T_FLOAT)
     desc += std::to_string(H5Tget_size(type) * 8) + (H5Tget_order(type) == H5T_ORDER_BE ? " big-endian" : " little-endian");
   folded.clear();
-  return convert(type, out, &folded, why);
+  if (convert(type, out, &folded, why)) return true;
+  out = DType{};  // no partial dtype (a compound converted up to its first vlen member)
+  folded.clear();
+  return false;
 }
 
 namespace {
@@ -229,7 +396,7 @@ Value read_value(hid_t obj, bool is_attr, uint64_t max_elements) {
         flat.push_back(Value::string(s));
       }
     }
-  } else if (cls == H5T_ENUM && H5Tget_nmembers(type.get()) == 2 && H5Tget_size(type.get()) == 1) {
+  } else if (cls == H5T_ENUM && is_h5py_bool(type.get())) {
     std::vector<int8_t> buf(n);
     if (n && rd(type.get(), buf.data()) < 0) return Value::string("<unreadable>");
     for (auto v : buf) flat.push_back(Value::boolean(v != 0));

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/h5lib.h"
 #include "core/region.h"
 #include "core/value.h"
 
@@ -14,6 +15,16 @@ namespace h5d::h5 {
 // array types fold their dims into `folded`. Returns false with `why` for types that are not
 // plain arrays (variable-length, references, ...). `desc` gets a short description.
 bool dtype_from_h5(hid_t type, DType& out, Shape& folded, std::string& why, std::string& desc);
+
+// True when the bytes of file type `type` differ from those of the standard type of its numpy
+// dtype (what h5py reads into): integers with padding bits (precision below the size, or a bit
+// offset), floats other than IEEE binary16/32/64, fixed strings padded with spaces or
+// terminated by a NUL, and compounds and arrays of any of these. Such data cannot be served as
+// stored; `why` says what differs.
+bool needs_conversion(hid_t type, std::string& why);
+// The standard type of the numpy dtype of file type `type` (same size and member offsets): the
+// memory type to read such data into with H5Dread. Throws Error(EIO) when it cannot be built.
+Handle standard_type(hid_t type);
 
 // Reads an attribute (is_attr) or a dataset whole as a Value: scalars as numbers/strings/bools,
 // arrays as nested lists. Larger than max_elements: a string saying so.

@@ -7,6 +7,7 @@
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/h5lib.h"
+#include "core/h5types.h"
 #include "core/log.h"
 
 namespace h5d {
@@ -53,7 +54,11 @@ class LibraryArray final : public Array {
                     "H5Sselect_hyperslab");
           mspace = h5::check(H5Screate_simple(static_cast<int>(ds_rank_), count.data(), nullptr), "H5Screate_simple");
         }
-        h5::check(H5Dread(dset.get(), ftype.get(), mspace.get(), fspace.get(), H5P_DEFAULT, buf.data()), "H5Dread");
+        // The file type itself, unless its bytes are not numpy's: then the standard type.
+        h5::Handle mtype = info_->convert_type ? h5::standard_type(ftype.get()) : h5::Handle();
+        h5::check(H5Dread(dset.get(), mtype ? mtype.get() : ftype.get(), mspace.get(), fspace.get(),
+                          H5P_DEFAULT, buf.data()),
+                  "H5Dread");
       } catch (...) {
         rethrow_with_context(what_ + " (library read: " + reason_ + ")");
       }

@@ -19,7 +19,6 @@ using nlohmann::json;
 
 constexpr const char* kFramesFirst = "frames_first";
 
-std::string render(const json& j) { return j.dump(2) + "\n"; }
 
 DType u64_dtype() {
   DType t;
@@ -91,7 +90,7 @@ class DetectorDirProvider final : public DirProvider {
     euxfel::DetectorSources src = src_;
     out.push_back({"detector.json", make_text_file(
                                         [src, det, open_error] {
-                                          return render(detector_json(src, det.get(), open_error));
+                                          return json_text(detector_json(src, det.get(), open_error));
                                         },
                                         fmeta_)});
     if (!det || !det->usable()) return out;
@@ -208,7 +207,7 @@ class DetectorDirProvider final : public DirProvider {
       if (!k0.error.empty() || (ff && !k0.frames_first)) continue;
       any = true;
       groups.emplace(k0.group, &k0);
-      const std::string text = render(key_json(*det, k0, order));
+      const std::string text = json_text(key_json(*det, k0, order));
       ArraySpec spec;
       spec.shape = ff ? k0.frames_first_shape : k0.shape;
       spec.dtype = k0.dtype;

@@ -204,7 +204,7 @@ void add_dataset_files(const TreeContext& ctx, std::vector<ChildEntry>& out, H5F
     log::warn(what + ": " + e.what());
     nlohmann::json j = {{"sidecar_version", kSidecarVersion}, {"file", fpath},
                         {"path", dset_path}, {"is_array", false}, {"error", e.what()}};
-    const std::string text = j.dump(2) + "\n";
+    const std::string text = json_text(j);
     out.push_back({name + ".json", make_text_file([text] { return text; }, meta)});
     return;
   }
@@ -227,7 +227,7 @@ void add_dataset_files(const TreeContext& ctx, std::vector<ChildEntry>& out, H5F
   out.push_back({name + ".json", make_text_file(
                                      [engine, fpath, dset_path, npy_offset] {
                                        auto i = engine->open_file(fpath)->dataset_info(dset_path);
-                                       return dataset_sidecar(*i, npy_offset).dump(2) + "\n";
+                                       return json_text(dataset_sidecar(*i, npy_offset));
                                      },
                                      meta)});
 }

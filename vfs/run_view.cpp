@@ -52,7 +52,6 @@ std::string relative_target(const std::string& from, const std::string& to) {
   return out;
 }
 
-std::string render(const json& j) { return j.dump(2) + "\n"; }
 
 ArraySpec u64_spec(std::shared_ptr<const Array> a, const std::string& what) {
   ArraySpec spec;
@@ -123,7 +122,7 @@ class SourceDirProvider final : public DirProvider {
     for (const KeyInfo& k : keys) {
       if (!groups.count(k.group)) groups[k.group] = run->group_index(source, k.group);
       json side = key_sidecar(*run, source, k);
-      std::string text = render(side);
+      std::string text = json_text(side);
       if (k.is_array) {
         ArraySpec spec;
         spec.shape = Shape{k.rows};
@@ -154,7 +153,7 @@ class SourceDirProvider final : public DirProvider {
                                        json j;
                                        j["source"] = source;
                                        j["run_values"] = to_json(run->run_values(source));
-                                       return render(j);
+                                       return json_text(j);
                                      },
                                      fmeta_)});
     }
@@ -214,7 +213,7 @@ class RunDirProvider final : public DirProvider {
                                    [run, dets] {
                                      json j = to_json(run->metadata());
                                      j["detectors"] = dets;
-                                     return render(j);
+                                     return json_text(j);
                                    },
                                    fmeta_)});
     out.push_back({"trainId.npy", make_array_file(ctx_, ArrayFormat::Npy,

@@ -99,6 +99,10 @@ json scalar_json(const std::string& typestr, const uint8_t* p, size_t n) {
 
 }  // namespace
 
+std::string json_text(const json& j) {
+  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
 json to_json(const Value& v) {
   switch (v.kind) {
     case Value::Kind::Null: return nullptr;

@@ -17,5 +17,8 @@ nlohmann::json to_json(const Value& v);
 nlohmann::json dtype_descr_json(const DType& t);
 // The sidecar of a dataset; npy_data_offset is the size of the .npy header (0 when not an array).
 nlohmann::json dataset_sidecar(const DatasetInfo& info, uint64_t npy_data_offset);
+// The text of a JSON file the mount shows (indented, newline-terminated). Names that are not
+// UTF-8 (HDF5 allows any bytes) have their invalid bytes replaced by U+FFFD instead of failing.
+std::string json_text(const nlohmann::json& j);
 
 }  // namespace h5d::vfs

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/writer.h"
+#include "vfs/sidecar.h"
 #include "vfs/writable.h"
 
 namespace h5d::vfs {
@@ -273,7 +274,7 @@ std::string Vfs::render_stats() {
   j["error_replies"] = replies;
   j["inodes"] = table_->size();
   j["opens"] = opens_.load(std::memory_order_relaxed);
-  return j.dump(2) + "\n";
+  return json_text(j);
 }
 
 }  // namespace h5d::vfs

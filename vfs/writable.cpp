@@ -59,7 +59,7 @@ std::string render_sidecar(NewDatasetState& s) {
   if (!s.sidecar.empty()) return s.sidecar;
   try {
     auto info = s.ctx.engine.open_file(s.file)->dataset_info(s.dset);
-    s.sidecar = dataset_sidecar(*info, s.header.size()).dump(2) + "\n";
+    s.sidecar = json_text(dataset_sidecar(*info, s.header.size()));
   } catch (const std::exception& e) {
     log::warn(s.file + ":" + s.dset + ": sidecar: " + e.what());
     return "{}\n";

@@ -110,6 +110,14 @@ std::vector<uint8_t> h5_read_all(const std::string& path, const std::string& dse
   if (fid < 0) throw std::runtime_error("cannot open " + path);
   hid_t ds = H5Dopen2(fid, dset.c_str(), H5P_DEFAULT);
   hid_t t = H5Dget_type(ds);
+  if (H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) <= 0) {
+    // h5py reads fixed strings into a null-padded type (libhdf5 converts NUL-terminated and
+    // space-padded ones: bytes after a terminator and trailing pad spaces become NULs).
+    hid_t nullpad = H5Tcopy(t);
+    H5Tset_strpad(nullpad, H5T_STR_NULLPAD);
+    H5Tclose(t);
+    t = nullpad;
+  }
   hid_t sp = H5Dget_space(ds);
   hssize_t n = H5Sget_simple_extent_npoints(sp);
   std::vector<uint8_t> out(static_cast<size_t>(n) * H5Tget_size(t));

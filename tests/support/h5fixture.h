@@ -46,7 +46,8 @@ std::vector<uint8_t> pattern_bytes(size_t n, uint32_t seed);
 // Creates (or opens, appending) the file and writes one dataset filled with pattern bytes.
 void write_dataset(const FileSpec& f, const DsetSpec& d, uint32_t seed = 1);
 
-// The oracle: all bytes of the dataset as H5Dread returns them in the file type.
+// The oracle: all bytes of the dataset as H5Dread returns them in the file type (fixed strings
+// null-padded, as h5py reads them).
 std::vector<uint8_t> h5_read_all(const std::string& path, const std::string& dset);
 
 }  // namespace h5d::test
