@@ -8,6 +8,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -158,16 +159,24 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fi->keep_cache = f->keep_cache;
     fi->fh = reinterpret_cast<uint64_t>(f.get());
     Context& c = ctx(req);
+    std::unique_lock<std::mutex> lk(c.readahead_mu, std::defer_lock);
     if (c.set_readahead && c.readahead_kb > 0) {
-      // Best effort: two opens answered at the same moment may see each other's value.
+      // The kernel copies the mount's read-ahead into the file just after this open is
+      // answered. Opens are answered one at a time here, and one that needs the other value
+      // waits until the last open answered with the current one is kSettle old, so that its
+      // opener has copied it (a heuristic: an opener descheduled longer gets the new value).
+      constexpr auto kSettle = std::chrono::milliseconds(2);
       const unsigned kb = f->decodes && c.opts.push ? 4u : c.readahead_kb;
-      std::lock_guard<std::mutex> lk(c.readahead_mu);
+      lk.lock();
       if (c.readahead_now != kb) {
+        const auto since = std::chrono::steady_clock::now() - c.readahead_used;
+        if (since < kSettle) std::this_thread::sleep_for(kSettle - since);
         c.set_readahead(c, kb);
         c.readahead_now = kb;
       }
     }
     if (fuse_reply_open(req, fi) == 0) f.release();  // else the request was interrupted
+    if (lk.owns_lock()) c.readahead_used = std::chrono::steady_clock::now();
   });
 }
 

@@ -6,6 +6,7 @@
 #include <fuse_lowlevel.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <mutex>
@@ -49,8 +50,9 @@ struct Context {
   // Sets the mount's read-ahead (KiB) right before an open is answered: the kernel gives the
   // open file the mount's read-ahead of that moment (fusefs/mount.cpp). nullptr: not root.
   void (*set_readahead)(Context&, unsigned kb) = nullptr;
-  std::mutex readahead_mu;  // guards readahead_now
+  std::mutex readahead_mu;  // guards readahead_now, readahead_used; held while an open is answered
   unsigned readahead_now = 0;
+  std::chrono::steady_clock::time_point readahead_used{};  // the last open answered with it
   ReadsInFlight reads;
 };
 
