@@ -197,11 +197,8 @@ bool needs_conversion_impl(hid_t t, std::string& why) {
         return true;
       }
       return false;
-    case H5T_ENUM: {
-      Handle super(H5Tget_super(t));
-      return needs_conversion_impl(super.get(), why);
-    }
-    case H5T_ARRAY: {
+    case H5T_ENUM:
+    case H5T_ARRAY: {  // the base (element) type decides
       Handle super(H5Tget_super(t));
       return needs_conversion_impl(super.get(), why);
     }
@@ -225,17 +222,13 @@ bool needs_conversion_impl(hid_t t, std::string& why) {
 Handle standard_type_impl(hid_t t) {
   const size_t size = H5Tget_size(t);
   const bool be = H5Tget_order(t) == H5T_ORDER_BE;
-  switch (H5Tget_class(t)) {
-    case H5T_INTEGER: {
-      const bool sign = H5Tget_sign(t) == H5T_SGN_2;
-      Handle s(H5Tcopy(sign ? H5T_STD_I8LE : H5T_STD_U8LE));
-      check(H5Tset_size(s.get(), size), "H5Tset_size");
-      check(H5Tset_precision(s.get(), 8 * size), "H5Tset_precision");
-      check(H5Tset_order(s.get(), be ? H5T_ORDER_BE : H5T_ORDER_LE), "H5Tset_order");
-      return s;
-    }
-    case H5T_BITFIELD: {
-      Handle s(H5Tcopy(H5T_STD_B8LE));
+  const H5T_class_t cls = H5Tget_class(t);
+  switch (cls) {
+    case H5T_INTEGER:
+    case H5T_BITFIELD: {  // all bits used, none offset
+      Handle s(H5Tcopy(cls == H5T_BITFIELD          ? H5T_STD_B8LE
+                       : H5Tget_sign(t) == H5T_SGN_2 ? H5T_STD_I8LE
+                                                     : H5T_STD_U8LE));
       check(H5Tset_size(s.get(), size), "H5Tset_size");
       check(H5Tset_precision(s.get(), 8 * size), "H5Tset_precision");
       check(H5Tset_order(s.get(), be ? H5T_ORDER_BE : H5T_ORDER_LE), "H5Tset_order");

@@ -344,7 +344,6 @@ void op_setxattr(fuse_req_t req, fuse_ino_t, const char*, const char*, size_t, i
 void op_removexattr(fuse_req_t req, fuse_ino_t, const char*) { erofs(req); }
 void op_fallocate(fuse_req_t req, fuse_ino_t, int, off_t, off_t, fuse_file_info*) { erofs(req); }
 
-
 // rw mounts (vfs/writable.h): each handler calls the Vfs, which refuses with EROFS when read-only.
 void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
   guarded(req, "setattr", ino, [&] {

@@ -19,7 +19,6 @@ using nlohmann::json;
 
 constexpr const char* kFramesFirst = "frames_first";
 
-
 DType u64_dtype() {
   DType t;
   t.typestr = "<u8";

@@ -52,7 +52,6 @@ std::string relative_target(const std::string& from, const std::string& to) {
   return out;
 }
 
-
 ArraySpec u64_spec(std::shared_ptr<const Array> a, const std::string& what) {
   ArraySpec spec;
   spec.shape = a->shape();

@@ -86,9 +86,9 @@ class Vfs {
   std::string readlink(uint64_t ino);
   FsStats statfs();
 
-  // Counts an error reply (for stats.json); the adapter calls it once per failed request.
   // Bytes the adapter pushed into the page cache (stats.json bytes_pushed).
   void note_pushed(uint64_t bytes);
+  // Counts an error reply (for stats.json); the adapter calls it once per failed request.
   void note_error(int err);
   // The content of .h5direct/stats.json.
   std::string render_stats();
