@@ -100,18 +100,6 @@ def timed(fn):
     return time.perf_counter() - t
 
 
-def read_all(path, buf):
-    with open(path, 'rb', buffering=0) as f:
-        mv = memoryview(buf)
-        pos = 0
-        while pos < len(mv):
-            n = f.readinto(mv[pos:pos + (1 << 20)])
-            if not n:
-                break
-            pos += n
-    return pos
-
-
 results = {}   # name -> list of seconds
 
 
@@ -146,12 +134,12 @@ for rnd in range(args.rounds):
             record(f'{kind}/h5direct np.load(mmap)', timed(load))
         assert np.array_equal(dest, reference), 'mount returned different bytes'
         with Mounted() as m:
-            record(f'{kind}/h5direct read()', timed(lambda: read_all(osp.join(mnt, 'frames.h5', kind + '.raw'), rawbuf)))
+            record(f'{kind}/h5direct read()', timed(lambda: benchlib.read_all(osp.join(mnt, 'frames.h5', kind + '.raw'), rawbuf)))
         assert bytes(rawbuf[:4096]) == reference.tobytes()[:4096]
         if kind == 'uncompressed':
             for ra, tag in ((0, ''), (1024, ', 1 MiB read-ahead')):
                 with Ceiling(nbytes, ra):
-                    record(f'{kind}/FUSE ceiling{tag} read()', timed(lambda: read_all(osp.join(mnt, 'data'), rawbuf)))
+                    record(f'{kind}/FUSE ceiling{tag} read()', timed(lambda: benchlib.read_all(osp.join(mnt, 'data'), rawbuf)))
                 with Ceiling(nbytes, ra):
                     def ceil_mm():
                         a = np.memmap(osp.join(mnt, 'data'), mode='r', dtype='<u2', shape=dest.shape)
@@ -197,7 +185,7 @@ for rnd in range(args.rounds):
     if 'scaling' not in skip:
         for t in range(1, NCPU + 1):
             with Mounted(f'threads={t}'):
-                record(f'scaling/threads={t}', timed(lambda: read_all(osp.join(mnt, 'frames.h5', 'compressed.raw'), rawbuf)))
+                record(f'scaling/threads={t}', timed(lambda: benchlib.read_all(osp.join(mnt, 'frames.h5', 'compressed.raw'), rawbuf)))
 
 # CPU limit: one core's rate through core (pread + decode + copy, no FUSE) on the same data.
 # Pinned to one CPU: the reading thread helps the pool, so an unpinned "1 thread" run uses two.

@@ -69,6 +69,19 @@ class Mount:
         self.close()
 
 
+def read_all(path, buf):
+    """Reads the file into `buf` with read() calls of 1 MiB; returns the bytes read."""
+    with open(path, 'rb', buffering=0) as f:
+        mv = memoryview(buf)
+        pos = 0
+        while pos < len(mv):
+            n = f.readinto(mv[pos:pos + (1 << 20)])
+            if not n:
+                break
+            pos += n
+    return pos
+
+
 def mount_h5direct(binary, src, opts=None, mnt=None, workdir=None, stderr=subprocess.DEVNULL):
     """mount.h5direct SRC at `mnt`, or at a new directory under `workdir` (removed at close)."""
     fresh = mnt is None

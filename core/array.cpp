@@ -25,60 +25,88 @@ void MemoryArray::plan(const Region& r, const DestView& dst, ReadPlan& plan) con
   });
 }
 
+ByteSpan shifted_span(const Array& part, uint64_t part_lo, uint64_t run_lo, uint64_t run_hi, uint64_t off) {
+  const ByteSpan p = part.decode_span(part_lo + (off - run_lo));
+  if (p.empty()) return {};
+  const uint64_t lo = p.lo >= part_lo ? run_lo + (p.lo - part_lo) : run_lo;
+  const uint64_t hi = run_lo + (p.hi - std::min(p.hi, part_lo));
+  return {std::max(lo, run_lo), std::min(hi, run_hi)};
+}
+
 ConcatArray::ConcatArray(std::vector<Part> parts, Shape trailing, DType dtype, std::string what)
-    : parts_(std::move(parts)), dtype_(std::move(dtype)), what_(std::move(what)) {
+    : trailing_(std::move(trailing)), dtype_(std::move(dtype)), what_(std::move(what)) {
   uint64_t rows = 0;
-  for (const auto& p : parts_) {
-    if (p.end < p.begin) fail(EINVAL, what_ + ": part with end before begin");
-    const Shape& s = p.array->shape();
-    if (s.empty() || p.end > s[0]) fail(EIO, what_ + ": part rows beyond " + p.array->describe());
-    if (Shape(s.begin() + 1, s.end()) != trailing)
-      fail(EIO, what_ + ": " + p.array->describe() + " has a different row shape");
-    if (p.array->dtype().itemsize != dtype_.itemsize)
-      fail(EIO, what_ + ": " + p.array->describe() + " has a different element size");
+  for (Part& p : parts) {
+    if (p.rows == 0) continue;
     offsets_.push_back(rows);
-    rows += p.end - p.begin;
+    rows += p.rows;
+    parts_.push_back(std::move(p));
   }
+  arrays_.resize(parts_.size());
   shape_.push_back(rows);
-  shape_.insert(shape_.end(), trailing.begin(), trailing.end());
+  shape_.insert(shape_.end(), trailing_.begin(), trailing_.end());
+}
+
+ArrayPtr ConcatArray::part_array(size_t i) const {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (arrays_[i]) return arrays_[i];
+  }
+  const Part& p = parts_[i];
+  ArrayPtr a;
+  try {
+    a = p.open();
+  } catch (...) {
+    rethrow_with_context(what_ + ": " + p.what);
+  }
+  if (!a) fail_data(what_ + ": " + p.what + ": no array");
+  const Shape& s = a->shape();
+  if (s.empty() || !same_dtype(a->dtype(), dtype_) || !std::equal(s.begin() + 1, s.end(), trailing_.begin(), trailing_.end()))
+    fail_data(what_ + ": " + p.what + " has a different dtype or entry shape than the first part");
+  if (p.begin + p.rows > s[0])
+    fail_data(what_ + ": " + p.what + ": rows [" + std::to_string(p.begin) + ", " +
+              std::to_string(p.begin + p.rows) + ") named but the dataset has " + std::to_string(s[0]));
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!arrays_[i]) arrays_[i] = a;
+  return arrays_[i];
 }
 
 template <class Fn>
 void ConcatArray::for_each_part(const Region& r, Fn&& fn) const {
   for_each_row_block(
-      offsets_, [&](size_t i) { return parts_[i].end - parts_[i].begin; }, [&](size_t i) { return parts_[i].begin; },
-      r, [&](size_t i, const Region& sub, uint64_t out_row) { fn(parts_[i], sub, out_row); });
+      offsets_, [&](size_t i) { return parts_[i].rows; }, [&](size_t i) { return parts_[i].begin; }, r,
+      [&](size_t i, const Region& sub, uint64_t out_row) { fn(part_array(i), sub, out_row); });
 }
 
 void ConcatArray::plan(const Region& r, const DestView& dst, ReadPlan& plan) const {
   if (r.empty()) return;
-  for_each_part(r, [&](const Part& p, const Region& sub, uint64_t out_row) {
+  for_each_part(r, [&](const ArrayPtr& a, const Region& sub, uint64_t out_row) {
     DestView d = dst;
     d.base += static_cast<int64_t>(out_row) * dst.strides[0];
-    p.array->plan(sub, d, plan);
+    a->plan(sub, d, plan);
   });
-}
-
-uint64_t ConcatArray::fetch_rows() const {
-  // A common unit only when every part's bands line up with the concatenation's.
-  uint64_t f = 0;
-  for (size_t i = 0; i < parts_.size(); ++i) {
-    const uint64_t g = parts_[i].array->fetch_rows();
-    if (g == 0 || (f != 0 && g != f) || parts_[i].begin % g != 0 || offsets_[i] % g != 0) return 0;
-    f = g;
-  }
-  return f;
-}
-
-bool ConcatArray::decoded(const Region& r) const {
-  bool all = true;
-  for_each_part(r, [&](const Part& p, const Region& sub, uint64_t) { all = all && p.array->decoded(sub); });
-  return all;
 }
 
 void ConcatArray::plan_prefetch(const Region& r, ReadPlan& plan) const {
   if (r.empty()) return;
-  for_each_part(r, [&](const Part& p, const Region& sub, uint64_t) { p.array->plan_prefetch(sub, plan); });
+  for_each_part(r, [&](const ArrayPtr& a, const Region& sub, uint64_t) { a->plan_prefetch(sub, plan); });
+}
+
+ByteSpan ConcatArray::decode_span(uint64_t off) const {
+  const uint64_t row_bytes = product(trailing_) * dtype_.itemsize;
+  if (row_bytes == 0 || off >= nbytes()) return {};
+  const uint64_t row = off / row_bytes;
+  const size_t i = size_t(std::upper_bound(offsets_.begin(), offsets_.end(), row) - offsets_.begin()) - 1;
+  return shifted_span(*part_array(i), parts_[i].begin * row_bytes, offsets_[i] * row_bytes,
+                      (offsets_[i] + parts_[i].rows) * row_bytes, off);
+}
+
+bool ConcatArray::decodes() const { return !parts_.empty() && part_array(0)->decodes(); }
+
+bool ConcatArray::decoded(const Region& r) const {
+  bool all = !r.empty();
+  for_each_part(r, [&](const ArrayPtr& a, const Region& sub, uint64_t) { all = all && a->decoded(sub); });
+  return all;
 }
 
 }  // namespace h5d

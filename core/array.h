@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,12 @@ struct ReadPlan {
   void add(std::function<void()> task) { tasks.push_back(std::move(task)); }
 };
 
+// Bytes [lo, hi) of an array's C-order bytes.
+struct ByteSpan {
+  uint64_t lo = 0, hi = 0;
+  bool empty() const { return hi <= lo; }
+};
+
 class Array {
  public:
   virtual ~Array() = default;
@@ -35,10 +42,19 @@ class Array {
   virtual void plan_prefetch(const Region& r, ReadPlan& plan) const {}
   // For logs and error messages: "file.h5:/path/to/dset".
   virtual std::string describe() const = 0;
-  // Rows along axis 0 that are fetched together: reading any byte of the band of rows
-  // [k * fetch_rows, (k + 1) * fetch_rows) decodes all of it (compressed chunks), so the rest of
-  // the band is cheap to serve afterwards. 0: no such unit.
-  virtual uint64_t fetch_rows() const { return 0; }
+  // The decode unit around byte `off` of the array's C-order bytes: the contiguous bytes
+  // [lo, hi) (lo <= off < hi) that a read touching `off` decodes in full (one compressed chunk's
+  // run of bytes), so that the rest of them is cheap to serve once any of them was read. Empty
+  // when there is no such unit: uncompressed data, or a composite whose mapping does not keep a
+  // part's unit contiguous (each override says which). Never does data I/O (it may load
+  // metadata, e.g. open the part that holds `off`).
+  virtual ByteSpan decode_span(uint64_t off) const {
+    (void)off;
+    return {};
+  }
+  // Whether reads of this array decode compressed chunks whose units decode_span reports (the
+  // read path then asks the kernel for small windows and pushes decoded units instead).
+  virtual bool decodes() const { return false; }
   // True when reading region `r` would decode nothing: every compressed chunk it touches is in
   // the decoded-chunk cache. Default (and for uncompressed data): false.
   virtual bool decoded(const Region& r) const {
@@ -50,6 +66,12 @@ class Array {
 };
 
 using ArrayPtr = std::shared_ptr<const Array>;
+
+// A part's decode unit seen through a composite: the composite's bytes [run_lo, run_hi) are a
+// shifted copy of the part's bytes from part_lo on, and `off` lies in that run. Returns the
+// part's decode_span around the matching part byte, moved into the composite's bytes and
+// clipped to the run (empty when the part reports none).
+ByteSpan shifted_span(const Array& part, uint64_t part_lo, uint64_t run_lo, uint64_t run_hi, uint64_t off);
 
 // An array held in memory (train IDs, small tables).
 class MemoryArray final : public Array {
@@ -89,13 +111,17 @@ void for_each_row_block(const std::vector<uint64_t>& offsets, Rows&& rows, First
   }
 }
 
-// Rows [begin, end) of several arrays with equal trailing shape and dtype, stacked on axis 0
-// (an EuXFEL key across sequence files).
+// Rows of several arrays with equal trailing shape and dtype, stacked on axis 0: an EuXFEL key
+// across sequence files, and any other concatenation. Each part's array is obtained through its
+// `open` on the first read (or decode_span) that touches it, so a read of a long run's key opens
+// only the files it reads from; the part is then checked against the concatenation's shape and
+// dtype (Error(EIO) naming it when it does not fit).
 class ConcatArray final : public Array {
  public:
   struct Part {
-    ArrayPtr array;
-    uint64_t begin = 0, end = 0;  // rows of `array`
+    std::function<ArrayPtr()> open;  // throws h5d::Error when the part cannot be opened
+    uint64_t begin = 0, rows = 0;    // rows [begin, begin + rows) of the part's array
+    std::string what;                // names the part in errors
   };
   ConcatArray(std::vector<Part> parts, Shape trailing, DType dtype, std::string what);
   const Shape& shape() const override { return shape_; }
@@ -103,18 +129,24 @@ class ConcatArray final : public Array {
   void plan(const Region& r, const DestView& dst, ReadPlan& plan) const override;
   void plan_prefetch(const Region& r, ReadPlan& plan) const override;
   std::string describe() const override { return what_; }
-  uint64_t fetch_rows() const override;
+  // A part's unit, clipped to the part's rows (the next part's bytes follow in the output, but
+  // they come from another array).
+  ByteSpan decode_span(uint64_t off) const override;
+  bool decodes() const override;  // opens the first part
   bool decoded(const Region& r) const override;
-  const std::vector<Part>& parts() const { return parts_; }
+  size_t part_count() const { return parts_.size(); }
 
  private:
   template <class Fn>
   void for_each_part(const Region& r, Fn&& fn) const;
+  ArrayPtr part_array(size_t i) const;
   std::vector<Part> parts_;
   std::vector<uint64_t> offsets_;  // first output row of each part
-  Shape shape_;
+  Shape trailing_, shape_;
   DType dtype_;
   std::string what_;
+  mutable std::mutex mu_;  // guards arrays_
+  mutable std::vector<ArrayPtr> arrays_;
 };
 
 }  // namespace h5d

@@ -225,7 +225,29 @@ class ChunkedArray final : public DatasetArray {
     });
   }
 
-  uint64_t fetch_rows() const override { return filtered_ && ds_rank_ > 0 ? chunk_ext_[0] : 0; }
+  // The chunk's run of C-order bytes around `off`: along the last axis the chunk does not span
+  // whole (the axes after it are whole in the chunk), the chunk's extent, the earlier axes fixed.
+  ByteSpan decode_span(uint64_t off) const override {
+    const Shape& sh = info_->shape;
+    const uint64_t isz = dtype().itemsize;
+    if (!filtered_ || ds_rank_ == 0 || isz == 0 || off >= nbytes()) return {};
+    size_t j = ds_rank_;  // the last partial axis; ds_rank_: every axis whole (one chunk)
+    for (size_t k = ds_rank_; k-- > 0;) {
+      if (chunk_ext_[k] < sh[k]) {
+        j = k;
+        break;
+      }
+    }
+    if (j == ds_rank_) return {0, nbytes()};
+    uint64_t inner = isz;  // bytes of one step along axis j
+    for (size_t k = j + 1; k < sh.size(); ++k) inner *= sh[k];
+    const uint64_t outer = inner * sh[j];  // bytes of one step along axis j - 1
+    const uint64_t base = off / outer * outer;
+    const uint64_t c = (off - base) / inner / chunk_ext_[j] * chunk_ext_[j];
+    const uint64_t n = std::min(chunk_ext_[j], sh[j] - c);
+    return {base + c * inner, base + (c + n) * inner};
+  }
+  bool decodes() const override { return filtered_ && ds_rank_ > 0 && nbytes() > 0; }
 
   bool decoded(const Region& r) const override {
     if (r.empty() || !filtered_) return false;

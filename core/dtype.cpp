@@ -55,4 +55,8 @@ std::string npy_descr_literal(const DType& t) {
   return out + "]";
 }
 
+bool same_dtype(const DType& a, const DType& b) {
+  return a.typestr == b.typestr && a.itemsize == b.itemsize && a.fields.size() == b.fields.size();
+}
+
 }  // namespace h5d

@@ -30,4 +30,7 @@ struct DType {
 // Gaps between members become ('', '|Vn') padding fields, as numpy itself writes them.
 std::string npy_descr_literal(const DType& t);
 
+// Same typestr, size and member count: arrays of the two types can be concatenated.
+bool same_dtype(const DType& a, const DType& b);
+
 }  // namespace h5d

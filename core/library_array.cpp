@@ -13,6 +13,8 @@
 namespace h5d {
 namespace {
 
+// No decode_span: every read is one H5Dread of exactly the region asked for, under the HDF5
+// lock, and nothing it decodes is kept, so no bytes are cheaper once a read touched them.
 class LibraryArray final : public Array {
  public:
   LibraryArray(Engine& e, std::shared_ptr<const DatasetInfo> info, size_t ds_rank, std::string reason)

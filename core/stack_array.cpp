@@ -188,6 +188,53 @@ void StackArray::plan_prefetch(const Region& r, ReadPlan& plan) const {
       [](const DestView&, const Shape&) {});
 }
 
+ByteSpan StackArray::decode_span(uint64_t off) const {
+  if (off >= nbytes() || modules_.empty() || layout_.entries == 0) return {};
+  const uint64_t C = layout_.cells, M = modules_.size(), N = layout_.entries;
+  const uint64_t cell = nbytes() / (M * N * C);  // bytes of one cell of one entry
+  if (cell == 0) return {};
+  uint64_t m, frame, run_lo, run_hi;
+  if (layout_.frames_first) {
+    frame = off / (M * cell);
+    m = off / cell % M;
+    run_lo = off / cell * cell;
+    run_hi = run_lo + cell;
+  } else {
+    m = off / (N * cell);
+    frame = off % (N * cell) / cell;
+    run_lo = m * N * cell;
+    run_hi = run_lo + N * cell;
+  }
+  const Module& mod = modules_[m];
+  if (!mod.array) return {};
+  const uint64_t entry = frame / C;
+  auto it = std::upper_bound(mod.pieces.begin(), mod.pieces.end(), entry,
+                             [](uint64_t e, const Piece& p) { return e < p.out_row + p.rows; });
+  if (it == mod.pieces.end() || entry < it->out_row) return {};
+  const uint64_t src_cell = (it->src_row + (entry - it->out_row)) * C + frame % C;
+  if (!layout_.frames_first) {  // the piece's entries follow each other in the module's block
+    run_lo += it->out_row * C * cell;
+    run_hi = run_lo + it->rows * C * cell;
+    return shifted_span(*mod.array, it->src_row * C * cell, run_lo, run_hi, off);
+  }
+  return shifted_span(*mod.array, src_cell * cell, run_lo, run_hi, off);
+}
+
+bool StackArray::decodes() const {
+  for (const Module& m : modules_)
+    if (m.array && m.array->decodes()) return true;
+  return false;
+}
+
+bool StackArray::decoded(const Region& r) const {
+  bool all = !r.empty();
+  walk(
+      r, DestView{nullptr, std::vector<int64_t>(r.start.size(), 0)},
+      [&](const Module& m, const Region& s, const DestView&) { all = all && m.array->decoded(s); },
+      [](const DestView&, const Shape&) {});
+  return all;
+}
+
 std::vector<uint8_t> StackArray::coverage() const {
   const uint64_t N = layout_.entries;
   std::vector<uint8_t> out(modules_.size() * N, 0);

@@ -50,6 +50,11 @@ class StackArray final : public Array {
   void plan(const Region& r, const DestView& dst, ReadPlan& plan) const override;
   void plan_prefetch(const Region& r, ReadPlan& plan) const override;
   std::string describe() const override { return what_; }
+  // A module's unit, clipped to the bytes that come from that module contiguously: one cell of
+  // one frame (frames first), or the run of entries of one piece (modules first).
+  ByteSpan decode_span(uint64_t off) const override;
+  bool decodes() const override;
+  bool decoded(const Region& r) const override;
 
   const std::vector<Module>& modules() const { return modules_; }
   const Layout& layout() const { return layout_; }

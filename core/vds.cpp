@@ -115,6 +115,53 @@ class VirtualArray final : public Array {
     }, nullptr);
   }
 
+  // A source's unit, for mappings of whole rows (axis 0 onto the source's axis 0, every other
+  // axis selected whole on both sides with equal extents: EuXFEL's overview files, a VDS
+  // concatenating files): there the VDS's bytes are a shifted copy of the source's. Other
+  // mappings scatter a source's unit over the VDS's bytes: no unit.
+  ByteSpan decode_span(uint64_t off) const override {
+    const Shape& sh = shape();
+    const uint64_t row_bytes = sh.empty() ? 0 : nbytes() / std::max<uint64_t>(sh[0], 1);
+    if (row_bytes == 0 || off >= nbytes()) return {};
+    const Resolved& res = resolved();
+    if (res.use_fallback) return {};
+    const uint64_t row = off / row_bytes;
+    for (size_t m = 0; m < info_->vds.size(); ++m) {
+      if (!res.sources[m] || !whole_rows(res, m)) continue;
+      const Hyperslab& v = info_->vds[m].vspace;
+      const uint64_t vst = std::max<uint64_t>(v.stride[0], 1);
+      if (v.count[0] == 0 || row < v.start[0]) continue;
+      const uint64_t i = std::min((row - v.start[0]) / vst, v.count[0] - 1);
+      const uint64_t b0 = v.start[0] + i * vst;
+      if (row >= b0 + v.block[0]) continue;
+      std::vector<Seg> segs;
+      dim_segments(v, 0, res.srcspace[m], 0, b0, b0 + v.block[0], res.sources[m]->shape()[0], segs);
+      for (const Seg& sg : segs)
+        if (row >= sg.v && row < sg.v + sg.n)
+          return shifted_span(*res.sources[m], sg.s * row_bytes, sg.v * row_bytes, (sg.v + sg.n) * row_bytes, off);
+    }
+    return {};
+  }
+
+  bool decodes() const override {
+    const Resolved& res = resolved();
+    if (res.use_fallback) return false;
+    for (size_t m = 0; m < res.sources.size(); ++m)
+      if (res.sources[m] && whole_rows(res, m) && res.sources[m]->decodes()) return true;
+    return false;
+  }
+
+  bool decoded(const Region& r) const override {
+    if (r.empty()) return false;
+    const Resolved& res = resolved();
+    if (res.use_fallback) return false;
+    bool all = true;
+    for_each_piece(res, r, [&](size_t m, const Region& src, const DestView&) {
+      all = all && res.sources[m] && res.sources[m]->decoded(src);
+    }, nullptr);
+    return all;
+  }
+
  private:
   struct Resolved {
     bool use_fallback = false;
@@ -203,6 +250,23 @@ class VirtualArray final : public Array {
       }
       for (size_t i = 0; i < vd.size(); ++i) res.pairs[m].emplace_back(vd[i], sd[i]);
     }
+  }
+
+  // Mapping m maps whole rows: virtual axis 0 onto source axis 0, every other axis selected
+  // whole (one block from 0) on both sides, with equal extents.
+  bool whole_rows(const Resolved& res, size_t m) const {
+    const Hyperslab& v = info_->vds[m].vspace;
+    const Hyperslab& s = res.srcspace[m];
+    const Shape& ss = res.sources[m]->shape();
+    const Shape& vs = shape();
+    if (v.start.size() != vs.size() || s.start.size() != ss.size() || vs.size() != ss.size()) return false;
+    if (res.pairs[m].empty() || res.pairs[m][0] != std::make_pair(size_t(0), size_t(0))) return false;
+    for (size_t k = 1; k < vs.size(); ++k) {
+      const bool vw = v.start[k] == 0 && v.count[k] == 1 && v.block[k] == vs[k];
+      const bool sw = s.start[k] == 0 && s.count[k] == 1 && s.block[k] == ss[k];
+      if (!vw || !sw || vs[k] != ss[k]) return false;
+    }
+    return true;
   }
 
   // Calls fn(mapping, source region, destination) for every piece of region r that a mapping

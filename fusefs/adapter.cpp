@@ -166,7 +166,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       // waits until the last open answered with the current one is kSettle old, so that its
       // opener has copied it (a heuristic: an opener descheduled longer gets the new value).
       constexpr auto kSettle = std::chrono::milliseconds(2);
-      const unsigned kb = f->decodes && c.opts.push ? 4u : c.readahead_kb;
+      const unsigned kb = f->choose_readahead_kb(c.opts.push, c.readahead_kb);
       lk.lock();
       if (c.readahead_now != kb) {
         const auto since = std::chrono::steady_clock::now() - c.readahead_used;
@@ -180,10 +180,10 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   });
 }
 
-// Copies range `r` of `f` (pages a read made cheap: OpenFile::cheap_after / ahead_after) into
-// `out`, leaving out pages of reads in flight (a push waits on pages a read holds locked). Done
-// while the request is in flight: the open file may be released once it is answered. Returns
-// the file offset of `out` (empty: nothing to push).
+// Copies range `r` of `f` (pages a read made worth pushing: OpenFile::Pushes) into `out`,
+// leaving out pages of reads in flight (a push waits on pages a read holds locked). Done while
+// the request is in flight: the open file may be released once it is answered. Returns the
+// file offset of `out` (empty: nothing to push).
 uint64_t copy_for_push(Context& c, fuse_ino_t ino, vfs::OpenFile& f, vfs::OpenFile::Range r, std::vector<char>& out) {
   out.clear();
   if (r.len == 0) return 0;
@@ -224,17 +224,17 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
       ~InFlight() { reads.remove(ino, off, end); }
     } in_flight{c.reads, ino, o, o + size};
     c.reads.add(ino, o, o + size);
-    const size_t n = fs(req).read(*f, o, size, buf.data());
-    // Pushes (docs/architecture.md): the rest of the chunks this read decoded goes into the page
-    // cache before the reply (the woken reader must find it there); in a stream, the next
-    // decoded band after it (the reader copies the current one meanwhile).
-    thread_local std::vector<char> rest, ahead;
+    vfs::OpenFile::Pushes pushes;
+    const size_t n = fs(req).read(*f, o, size, buf.data(), &pushes);
+    // Pushes (vfs/read_policy.h): the rest of the units this read decoded go into the page cache
+    // before the reply (the woken reader must find them there); in a stream, the next decoded
+    // unit after it (the reader copies the current one meanwhile).
+    thread_local std::vector<char> near, ahead;
     uint64_t ahead_off = 0;
-    rest.clear();
     ahead.clear();
-    if (c.opts.push && c.se && f->decodes && n == size && !fs(req).writable()) {
-      push_bytes(c, ino, copy_for_push(c, ino, *f, f->cheap_after(o, n), rest), rest);
-      ahead_off = copy_for_push(c, ino, *f, f->ahead_after(o, n), ahead);
+    if (c.opts.push && c.se && n == size && !fs(req).writable()) {
+      for (const vfs::OpenFile::Range& r : pushes.before) push_bytes(c, ino, copy_for_push(c, ino, *f, r, near), near);
+      ahead_off = copy_for_push(c, ino, *f, pushes.after, ahead);
     }
     fuse_reply_buf(req, buf.data(), n);
     push_bytes(c, ino, ahead_off, ahead);

@@ -1,5 +1,6 @@
 // NAME.npy and NAME.raw: an in-memory .npy header (npy only) followed by the array's C-order
-// bytes, read through Engine::read_bytes, with per-open-file sequential prefetch.
+// bytes, read through Engine::read_bytes; what each read leads to (pushes, decode-ahead, the
+// kernel's read-ahead) is decided by vfs/read_policy.h from the array's decode units.
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -8,7 +9,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "vfs/npy.h"
-#include "vfs/prefetch.h"
+#include "vfs/read_policy.h"
 #include "vfs/tree.h"
 #include "vfs/writable.h"
 
@@ -43,66 +44,59 @@ class ArrayFileNode final : public FileNode {
 class ArrayOpenFile final : public OpenFile {
  public:
   ArrayOpenFile(const ArrayFileNode& node, ArrayPtr array)
-      : node_(node),
-        array_(std::move(array)),
-        prefetcher_({node.ctx_.opts.prefetch_initial, node.ctx_.opts.prefetch_max,
-                     node.ctx_.opts.prefetch_seek_tolerance, node.ctx_.opts.prefetch_after}),
-        band_(band_of(array_)) {
-    decodes = band_ > 0;
+      : node_(node), array_(std::move(array)), policy_(geometry(node, array_), stream_config(node)) {}
+
+  size_t read(uint64_t off, size_t size, char* buf) override {
+    Pushes ignored;
+    return read_pushing(off, size, buf, ignored);
   }
 
-  size_t read(uint64_t off, size_t size, char* buf) override { return read_impl(off, size, buf, true); }
-  size_t read_for_push(uint64_t off, size_t size, char* buf) override { return read_impl(off, size, buf, false); }
-
-  Range cheap_after(uint64_t off, size_t n) const override {
-    uint64_t end = 0;
-    if (!ends_mid_band(off, n, &end)) return {};
-    Range r = pages(end, std::min(node_.data_size_, (end / band_ + 1) * band_));
-    r.len = std::min(r.len, kMaxPush);
-    return r;
+  size_t read_pushing(uint64_t off, size_t size, char* buf, Pushes& pushes) override {
+    const size_t n = read_bytes(off, size, buf);
+    Engine& engine = node_.ctx_.engine;
+    const ReadFollowUp next = policy_.after_read(off, n, [&](ByteRange r) {
+      return engine.bytes_decoded(*array_, r.off, r.len);
+    });
+    pushes.before[0] = next.around[0];
+    pushes.before[1] = next.around[1];
+    pushes.after = next.ahead;
+    if (next.prefetch.len > 0) {
+      try {
+        engine.prefetch_bytes(*array_, next.prefetch.off, next.prefetch.len);
+      } catch (const std::exception& e) {
+        log::debug("prefetch of " + node_.spec_.what + " failed: " + e.what());
+      }
+    }
+    return n;
   }
 
-  Range ahead_after(uint64_t off, size_t n) const override {
-    uint64_t end = 0;
-    if (band_ > kMaxPush || !prefetcher_.streaming() || !ends_mid_band(off, n, &end)) return {};
-    const uint64_t next = (end / band_ + 1) * band_;
-    if (next >= node_.data_size_) return {};
-    const uint64_t next_end = std::min(node_.data_size_, next + band_);
-    if (!node_.ctx_.engine.bytes_decoded(*array_, next, next_end - next)) return {};
-    return pages(next, next_end);
-  }
+  size_t read_for_push(uint64_t off, size_t size, char* buf) override { return read_bytes(off, size, buf); }
+
+  unsigned choose_readahead_kb(bool push, unsigned mount_kb) override { return policy_.choose_readahead_kb(push, mount_kb); }
 
  private:
-  static constexpr uint64_t kMaxPush = 8ull << 20;
-  static constexpr uint64_t kPage = 4096;
-
-  // Bytes of the rows the array decodes together (Array::fetch_rows); 0 when it has none.
-  static uint64_t band_of(const ArrayPtr& a) {
-    if (!a || a->fetch_rows() == 0) return 0;
-    uint64_t row_bytes = a->dtype().itemsize;
-    for (size_t k = 1; k < a->shape().size(); ++k) row_bytes *= a->shape()[k];
-    return a->fetch_rows() * row_bytes;
+  static ReadPolicy::Geometry geometry(const ArrayFileNode& node, const ArrayPtr& a) {
+    ReadPolicy::Geometry g;
+    g.header = node.header_.size();
+    g.data_size = node.data_size_;
+    if (a && node.data_size_ > 0) {
+      try {
+        g.decodes = a->decodes();
+      } catch (const std::exception&) {
+        g.decodes = false;  // a part that cannot be opened: its reader gets (and logs) the error
+      }
+      const Array* raw = a.get();  // kept alive by array_
+      g.unit = [raw](uint64_t off) { return raw->decode_span(off); };
+    }
+    return g;
   }
 
-  // Whether a read of file bytes [off, off + n) stopped inside a band; `end`: the data offset.
-  bool ends_mid_band(uint64_t off, size_t n, uint64_t* end) const {
-    const uint64_t header = node_.header_.size();
-    if (band_ == 0 || n == 0 || off + n <= header) return false;
-    *end = off + n - header;
-    return *end % band_ != 0 && *end < node_.data_size_;
+  static SequentialPrefetcher::Config stream_config(const ArrayFileNode& node) {
+    const VfsOptions& o = node.ctx_.opts;
+    return {o.prefetch_initial, o.prefetch_max, o.prefetch_seek_tolerance, o.prefetch_after};
   }
 
-  // The whole pages (the kernel takes no partial page, except the file's last) of data bytes
-  // [from, to), as file offsets.
-  Range pages(uint64_t from, uint64_t to) const {
-    const uint64_t header = node_.header_.size();
-    const uint64_t f = (header + from + kPage - 1) / kPage * kPage;
-    uint64_t t = header + to;
-    if (t != node_.size()) t = t / kPage * kPage;
-    return t > f ? Range{f, t - f} : Range{};
-  }
-
-  size_t read_impl(uint64_t off, size_t size, char* buf, bool reader) {
+  size_t read_bytes(uint64_t off, size_t size, char* buf) {
     const std::string& header = node_.header_;
     const uint64_t total = node_.size();
     if (off >= total || size == 0) return 0;
@@ -115,7 +109,6 @@ class ArrayOpenFile final : public OpenFile {
     }
     const uint64_t doff = off + done - header.size();
     const uint64_t dlen = end - off - done;
-    Engine& engine = node_.ctx_.engine;
     if (dlen > 0) {
       if (log::debug_enabled()) {
         log::debug("read " + node_.spec_.what + (node_.format_ == ArrayFormat::Npy ? " (.npy)" : " (.raw)") +
@@ -123,21 +116,12 @@ class ArrayOpenFile final : public OpenFile {
                    ") via " + node_.spec_.read_path);
       }
       try {
-        engine.read_bytes(*array_, doff, dlen, reinterpret_cast<uint8_t*>(buf) + done);
+        node_.ctx_.engine.read_bytes(*array_, doff, dlen, reinterpret_cast<uint8_t*>(buf) + done);
       } catch (...) {
         // core's message names the file, the dataset and the chunk; add the byte range.
         rethrow_with_context(std::string(node_.format_ == ArrayFormat::Npy ? ".npy" : ".raw") +
                              " data bytes [" + std::to_string(doff) + ", " +
                              std::to_string(doff + dlen) + ")");
-      }
-      if (!reader) return end - off;
-      auto ahead = prefetcher_.on_read(doff, dlen, node_.data_size_);
-      if (ahead.len > 0) {
-        try {
-          engine.prefetch_bytes(*array_, ahead.off, ahead.len);
-        } catch (const std::exception& e) {
-          log::debug("prefetch of " + node_.spec_.what + " failed: " + e.what());
-        }
       }
     }
     return end - off;
@@ -145,8 +129,7 @@ class ArrayOpenFile final : public OpenFile {
 
   const ArrayFileNode& node_;  // kept alive by the inode table
   ArrayPtr array_;
-  SequentialPrefetcher prefetcher_;
-  const uint64_t band_;
+  ReadPolicy policy_;
 };
 
 std::unique_ptr<OpenFile> ArrayFileNode::open() {

@@ -17,7 +17,7 @@ struct VfsOptions {
   uint64_t prefetch_initial = (1ull << 20) + (128ull << 10);
   uint64_t prefetch_max = 64ull << 20;
   uint64_t prefetch_seek_tolerance = 1ull << 20;
-  // ... and starts only once a stream has gone this far (vfs/prefetch.h says why).
+  // ... and starts only once a stream has gone this far (vfs/read_policy.h says why).
   uint64_t prefetch_after = 4ull << 20;
   // Non-array datasets whose value has at most this many elements show it in their .json.
   uint64_t small_value_elements = 1000;

@@ -28,6 +28,7 @@
 
 #include "core/array.h"
 #include "vfs/options.h"
+#include "vfs/read_policy.h"
 
 struct stat;
 
@@ -88,35 +89,31 @@ class OpenFile {
   virtual ~OpenFile() = default;
   // Reads up to `size` bytes at `off` into buf; returns the count (short only at end of file).
   virtual size_t read(uint64_t off, size_t size, char* buf) = 0;
-  // After a read of [off, off + n): bytes right after it that the read made cheap to serve (the
-  // rest of the compressed chunks it decoded), which the kernel will want if the reader goes on.
-  // The FUSE adapter pushes them into the page cache, so that a reader faulting one page at a time
-  // (mmap) costs one request per chunk, not one per page. {0, 0}: nothing.
-  struct Range {
-    uint64_t off = 0, len = 0;
+  // What a read makes worth pushing into the page cache (vfs/read_policy.h): file ranges to
+  // push before the reply (the rest of the units the read decoded) and after it (the next unit
+  // of a stream, already decoded). The FUSE adapter pushes them (notify_store).
+  using Range = ByteRange;
+  struct Pushes {
+    Range before[2];
+    Range after;
   };
-  virtual Range cheap_after(uint64_t off, size_t n) const {
-    (void)off;
-    (void)n;
-    return {};
-  }
-  // In a stream, the band after the one a read of [off, off + n) ended in, when it is already
-  // decoded (the prefetcher's work): the adapter pushes it after replying, so that a reader
-  // faulting page by page finds it cached while it copies the current one. {0, 0}: nothing.
-  virtual Range ahead_after(uint64_t off, size_t n) const {
-    (void)off;
-    (void)n;
-    return {};
+  // read(), also filling `pushes`. Default: nothing to push.
+  virtual size_t read_pushing(uint64_t off, size_t size, char* buf, Pushes& pushes) {
+    (void)pushes;
+    return read(off, size, buf);
   }
   // read() for such a push: the same bytes, but not counted as the reader's progress (no
-  // prefetch decisions).
+  // stream or prefetch decisions).
   virtual size_t read_for_push(uint64_t off, size_t size, char* buf) { return read(off, size, buf); }
+  // The read-ahead the kernel should use for this file (ReadPolicy::choose_readahead_kb), given
+  // the mount's and whether pushes are on; asked at open where the daemon sets read-ahead per
+  // file. Default: the mount's.
+  virtual unsigned choose_readahead_kb(bool push, unsigned mount_kb) {
+    (void)push;
+    return mount_kb;
+  }
   bool direct_io = false;  // only for files whose content changes (stats.json)
   bool keep_cache = true;  // files never change under a mount
-  // Reads of this file decode compressed chunks: the kernel's read-ahead (which asks for whole
-  // windows around a fault) only makes it decode neighbours; the adapter gives such files a
-  // minimal read-ahead and pushes the rest of decoded chunks instead (cheap_after).
-  bool decodes = false;
   // Writable open files (rw mounts, vfs/writable.cpp). Defaults: Error(EBADF) / nothing to do.
   // write() returns the count written (always `size`); flush() runs on close (FUSE flush and
   // release) and fsync (durable: data reach the disk).

@@ -212,8 +212,8 @@ Attr Vfs::truncate(uint64_t ino, uint64_t size) {
   return attr_of(*n);
 }
 
-size_t Vfs::read(OpenFile& file, uint64_t off, size_t size, char* buf) {
-  return file.read(off, size, buf);
+size_t Vfs::read(OpenFile& file, uint64_t off, size_t size, char* buf, OpenFile::Pushes* pushes) {
+  return pushes ? file.read_pushing(off, size, buf, *pushes) : file.read(off, size, buf);
 }
 
 std::string Vfs::readlink(uint64_t ino) {

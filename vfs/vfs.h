@@ -69,7 +69,8 @@ class Vfs {
   // flags as open(2): anything but O_RDONLY gives Error(EROFS) (on rw mounts: files that cannot
   // be written give EROFS or EPERM); directories give EISDIR.
   std::unique_ptr<OpenFile> open(uint64_t ino, int flags);
-  size_t read(OpenFile& file, uint64_t off, size_t size, char* buf);
+  // With `pushes`, also says which pages the read made worth pushing (OpenFile::read_pushing).
+  size_t read(OpenFile& file, uint64_t off, size_t size, char* buf, OpenFile::Pushes* pushes = nullptr);
 
   // ---- rw mounts (vfs/writable.h); all give Error(EROFS) on read-only mounts ----
   // Makes the mount writable: call before the first access. The writer outlives the Vfs.

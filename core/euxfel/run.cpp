@@ -97,101 +97,6 @@ std::vector<uint8_t> guess_valid_trains(const std::vector<uint64_t>& t) {
   return flag;
 }
 
-bool same_dtype(const DType& a, const DType& b) {
-  return a.typestr == b.typestr && a.itemsize == b.itemsize && a.fields.size() == b.fields.size();
-}
-
-// A key over the run: the concatenation of its blocks (ConcatArray semantics). Each block's
-// dataset is opened when a read first touches it, so the first read of a long run's key (or of
-// a detector view over 16 modules) opens only the files it reads from.
-class LazyKeyArray final : public Array {
- public:
-  struct Part {
-    std::string file;
-    uint64_t first = 0, rows = 0;
-  };
-  LazyKeyArray(Engine& engine, std::string dset_path, std::vector<Part> parts, Shape entry,
-               DType dtype, std::string what)
-      : engine_(engine), dset_path_(std::move(dset_path)), entry_(std::move(entry)),
-        dtype_(std::move(dtype)), what_(std::move(what)) {
-    uint64_t rows = 0;
-    for (Part& p : parts) {
-      if (p.rows == 0) continue;
-      // Contiguous blocks of one file: one part.
-      if (!parts_.empty() && parts_.back().file == p.file &&
-          parts_.back().first + parts_.back().rows == p.first) {
-        parts_.back().rows += p.rows;
-      } else {
-        offsets_.push_back(rows);
-        parts_.push_back(std::move(p));
-      }
-      rows = offsets_.back() + parts_.back().rows;
-    }
-    arrays_.resize(parts_.size());
-    shape_.push_back(rows);
-    shape_.insert(shape_.end(), entry_.begin(), entry_.end());
-  }
-  const Shape& shape() const override { return shape_; }
-  const DType& dtype() const override { return dtype_; }
-  void plan(const Region& r, const DestView& dst, ReadPlan& plan) const override {
-    if (r.empty()) return;
-    for_each_part(r, [&](const ArrayPtr& a, const Region& sub, uint64_t out_row) {
-      DestView d = dst;
-      d.base += static_cast<int64_t>(out_row) * dst.strides[0];
-      a->plan(sub, d, plan);
-    });
-  }
-  void plan_prefetch(const Region& r, ReadPlan& plan) const override {
-    if (r.empty()) return;
-    for_each_part(r, [&](const ArrayPtr& a, const Region& sub, uint64_t) { a->plan_prefetch(sub, plan); });
-  }
-  std::string describe() const override { return what_; }
-
- private:
-  template <class Fn>
-  void for_each_part(const Region& r, Fn&& fn) const {
-    for_each_row_block(
-        offsets_, [&](size_t i) { return parts_[i].rows; }, [&](size_t i) { return parts_[i].first; }, r,
-        [&](size_t i, const Region& sub, uint64_t out_row) { fn(part_array(i), sub, out_row); });
-  }
-
-  ArrayPtr part_array(size_t i) const {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (arrays_[i]) return arrays_[i];
-    }
-    const Part& p = parts_[i];
-    ArrayPtr a;
-    try {
-      a = engine_.open_file(p.file)->dataset_array(dset_path_);
-    } catch (...) {
-      rethrow_with_context(what_ + ": " + p.file);
-    }
-    const Shape& s = a->shape();
-    if (s.empty() || !same_dtype(a->dtype(), dtype_) ||
-        !std::equal(s.begin() + 1, s.end(), entry_.begin(), entry_.end()))
-      fail_data(what_ + ": " + p.file + ":" + dset_path_ +
-                " has a different dtype or entry shape than the run's first file");
-    if (p.first + p.rows > s[0])
-      fail_data(what_ + ": " + p.file + ":" + dset_path_ + ": INDEX names rows [" +
-                std::to_string(p.first) + ", " + std::to_string(p.first + p.rows) +
-                ") but the dataset has " + std::to_string(s[0]));
-    std::lock_guard<std::mutex> lk(mu_);
-    if (!arrays_[i]) arrays_[i] = a;
-    return arrays_[i];
-  }
-
-  Engine& engine_;
-  std::string dset_path_;
-  std::vector<Part> parts_;
-  std::vector<uint64_t> offsets_;  // first output row of each part
-  Shape entry_, shape_;
-  DType dtype_;
-  std::string what_;
-  mutable std::mutex mu_;  // guards arrays_
-  mutable std::vector<ArrayPtr> arrays_;
-};
-
 std::string first_string(const Value& v) {
   if (v.kind == Value::Kind::String) return v.s;
   if (v.kind == Value::Kind::List && !v.items.empty()) return first_string(v.items[0]);
@@ -752,13 +657,23 @@ ArrayPtr Run::key_array(const std::string& source, const std::string& key) {
   auto it = s.arrays_.find(key);
   if (it != s.arrays_.end()) return it->second;
   auto gi = group_index_locked(s, k.group);
-  std::vector<LazyKeyArray::Part> parts;
+  // A key over the run: the concatenation of its blocks, contiguous blocks of one file as one
+  // part; each file is opened when a read first touches it.
+  std::vector<ConcatArray::Part> parts;
   for (const Block& b : gi->blocks) {
     if (b.rows == 0) continue;
-    parts.push_back({files_[b.file].path, b.first, b.rows});
+    const std::string& path = files_[b.file].path;
+    if (!parts.empty() && parts.back().what == path && parts.back().begin + parts.back().rows == b.first) {
+      parts.back().rows += b.rows;
+      continue;
+    }
+    Engine& engine = engine_;
+    const std::string dset = k.dset_path;
+    parts.push_back({[&engine, path, dset] { return engine.open_file(path)->dataset_array(dset); },
+                     b.first, b.rows, path});
   }
-  auto a = std::make_shared<LazyKeyArray>(engine_, k.dset_path, std::move(parts), k.entry_shape,
-                                          k.dtype, dir_ + ": " + source + " " + key);
+  auto a = std::make_shared<ConcatArray>(std::move(parts), k.entry_shape, k.dtype,
+                                         dir_ + ": " + source + " " + key);
   s.arrays_[key] = a;
   return a;
 }

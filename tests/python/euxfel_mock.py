@@ -61,13 +61,20 @@ class Key:
         self.name = name              # "image.data"
         self.dtype = dtype
         self.entry_shape = tuple(entry_shape)
-        self.chunks = chunks          # None: h5py default; 'frame': one row per chunk
+        self.chunks = chunks          # None: h5py default; 'frame': one row per chunk; a tuple
         self.compression = compression
         self.attrs = attrs or {}
         self.string = string          # variable-length string per row: not an array
         # make(row_tids, row_js) -> rows: content instead of make_rows(); called once per block
         # of whole trains (RunWriter.block_bytes), so large datasets are written in bounded memory
         self.make = make
+
+    def compression_kw(self):
+        """h5py create_dataset arguments for `compression`: 'gzip1' (shuffle + deflate level 1),
+        or a dict of them (e.g. hdf5plugin's filters); None: uncompressed."""
+        if self.compression == 'gzip1':
+            return dict(compression='gzip', compression_opts=1, shuffle=True)
+        return dict(self.compression or {})
 
 
 class Group:
@@ -279,12 +286,13 @@ class RunWriter:
                     data = make_rows(src.name, k.name, k.dtype, k.entry_shape, row_tids, row_js)
                     full = np.concatenate([data, pad_rows(k.dtype, k.entry_shape, alloc - nrows)])
                     kw = {}
-                    if k.chunks == 'frame':
+                    if isinstance(k.chunks, tuple):
+                        kw['chunks'] = k.chunks
+                    elif k.chunks == 'frame':
                         kw['chunks'] = (1,) + k.entry_shape
                     elif alloc:
                         kw['chunks'] = (min(alloc, self.chunksize),) + k.entry_shape
-                    if k.compression == 'gzip1':
-                        kw.update(compression='gzip', compression_opts=1, shuffle=True)
+                    kw.update(k.compression_kw())
                     maxshape = (None,) + k.entry_shape if g.padded else full.shape
                     if alloc == 0:
                         kw.pop('chunks', None)
@@ -318,12 +326,13 @@ class RunWriter:
         padding rules as the other keys) and filled in blocks of whole trains, then padded."""
         nrows = len(row_tids)
         kw = {}
-        if k.chunks == 'frame' or alloc == 0:
+        if isinstance(k.chunks, tuple) and alloc:
+            kw['chunks'] = k.chunks
+        elif k.chunks == 'frame' or alloc == 0:
             kw['chunks'] = (1,) + k.entry_shape
         else:
             kw['chunks'] = (min(alloc, self.chunksize),) + k.entry_shape
-        if k.compression == 'gzip1':
-            kw.update(compression='gzip', compression_opts=1, shuffle=True)
+        kw.update(k.compression_kw())
         maxshape = (None,) + k.entry_shape if (g.padded or alloc == 0) else (alloc,) + k.entry_shape
         ds = f.create_dataset(dpath, shape=(alloc,) + k.entry_shape, dtype=k.dtype,
                               maxshape=maxshape, **kw)

@@ -18,7 +18,7 @@
 #include "core/engine.h"
 #include "core/error.h"
 #include "vfs/npy.h"
-#include "vfs/prefetch.h"
+#include "vfs/read_policy.h"
 #include "vfs/sidecar.h"
 #include "vfs/tree.h"
 #include "vfs/vfs.h"

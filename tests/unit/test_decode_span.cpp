@@ -1,0 +1,178 @@
+// Array::decode_span, the contract the read policy builds on: after a read of one byte at `off`,
+// every byte of decode_span(off) is decoded (the decoded-chunk cache says so: it is filled by
+// the real decodes, not by decode_span), for plain chunked datasets of several chunkings, a
+// concatenation, a VDS over files and stacked detector modules (both layouts).
+#include <catch2/catch.hpp>
+
+#include "core/engine.h"
+#include "core/h5file.h"
+#include "core/stack_array.h"
+#include "tests/support/h5fixture.h"
+
+using namespace h5d;
+using namespace h5d::test;
+
+namespace {
+
+EngineOptions opts() {
+  EngineOptions o;
+  o.threads = 2;
+  o.cache_bytes = 64 << 20;
+  return o;
+}
+
+// For offsets spread over the array: fresh engine, read one byte, the span is decoded.
+void check_spans(const std::function<ArrayPtr(Engine&)>& make, bool expect_units) {
+  for (uint64_t step : {1ull, 7ull, 13ull}) {
+    Engine e(opts());
+    ArrayPtr a = make(e);
+    REQUIRE(a->decodes() == expect_units);
+    const uint64_t n = a->nbytes();
+    for (uint64_t off = (step * 977) % n; off < n; off += n / 9 + step) {
+      const ByteSpan s = a->decode_span(off);
+      if (!expect_units) {
+        CHECK(s.empty());
+        continue;
+      }
+      INFO(a->describe() << " off " << off << " span [" << s.lo << ", " << s.hi << ")");
+      REQUIRE(!s.empty());
+      CHECK(s.lo <= off);
+      CHECK(s.hi > off);
+      CHECK(s.hi <= n);
+      uint8_t b;
+      e.read_bytes(*a, off, 1, &b);
+      CHECK(e.bytes_decoded(*a, s.lo, s.hi - s.lo));
+    }
+  }
+}
+
+std::string chunked(const std::string& name, std::vector<hsize_t> dims, std::vector<hsize_t> chunks, bool deflate = true) {
+  FileSpec f;
+  f.path = scratch_path("span_" + name + ".h5");
+  DsetSpec d;
+  d.dims = dims;
+  d.chunks = chunks;
+  d.shuffle = d.deflate = deflate;
+  write_dataset(f, d, 3);
+  return f.path;
+}
+
+}  // namespace
+
+TEST_CASE("decode spans of chunked datasets cover what one read decodes", "[core][span]") {
+  struct C {
+    const char* name;
+    std::vector<hsize_t> dims, chunks;
+  } cases[] = {{"frame", {40, 16, 8}, {1, 16, 8}},     {"frames3", {40, 16, 8}, {3, 16, 8}},
+               {"half", {40, 16, 8}, {1, 8, 8}},       {"cols", {40, 16, 8}, {2, 16, 4}},
+               {"one", {5, 16, 8}, {5, 16, 8}},        {"edge", {41, 15, 8}, {4, 4, 8}},
+               {"rank1", {1000}, {64}}};
+  for (const C& c : cases) {
+    const std::string path = chunked(c.name, c.dims, c.chunks);
+    check_spans([&](Engine& e) { return e.open_file(path)->dataset_array("/d"); }, true);
+  }
+  // One frame per chunk: the span is the frame.
+  const std::string path = scratch_path("span_frame.h5");  // written above
+  Engine e(opts());
+  ArrayPtr a = e.open_file(path)->dataset_array("/d");
+  const ByteSpan s = a->decode_span(5 * 256 + 17);
+  CHECK(s.lo == 5 * 256);
+  CHECK(s.hi == 6 * 256);
+  // Uncompressed data has no units.
+  const std::string plain = chunked("plain", {40, 16, 8}, {1, 16, 8}, false);
+  check_spans([&](Engine& e2) { return e2.open_file(plain)->dataset_array("/d"); }, false);
+}
+
+TEST_CASE("decode spans through a concatenation stay inside each part", "[core][span]") {
+  const std::string p1 = chunked("cat1", {10, 16, 8}, {3, 16, 8}), p2 = chunked("cat2", {12, 16, 8}, {2, 16, 8});
+  auto make = [&](Engine& e) -> ArrayPtr {
+    std::vector<ConcatArray::Part> parts{
+        {[&e, p1] { return e.open_file(p1)->dataset_array("/d"); }, 1, 8, p1},
+        {[&e, p2] { return e.open_file(p2)->dataset_array("/d"); }, 3, 9, p2}};
+    DType t;
+    t.typestr = "<u2";
+    t.itemsize = 2;
+    return std::make_shared<ConcatArray>(std::move(parts), Shape{16, 8}, t, "concat");
+  };
+  check_spans(make, true);
+  Engine e(opts());
+  ArrayPtr a = make(e);
+  // Output row 7 is part 1's row 8, in its chunk [6, 9): clipped to the part's last row (8).
+  const ByteSpan s = a->decode_span(7 * 256);
+  CHECK(s.lo == 5 * 256);
+  CHECK(s.hi == 8 * 256);
+  // Output row 8 is part 2's row 3, in its chunk [2, 4): row 3 only (row 2 is not in the part).
+  const ByteSpan t = a->decode_span(8 * 256 + 3);
+  CHECK(t.lo == 8 * 256);
+  CHECK(t.hi == 9 * 256);
+}
+
+TEST_CASE("decode spans through a VDS of whole rows follow its sources", "[core][span]") {
+  const std::string s1 = chunked("vsrc1", {10, 16, 8}, {1, 16, 8}), s2 = chunked("vsrc2", {10, 16, 8}, {4, 16, 8});
+  const std::string path = scratch_path("span_vds.h5");
+  {
+    hid_t fid = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t vd[3] = {20, 16, 8}, sd[3] = {10, 16, 8};
+    hid_t vspace = H5Screate_simple(3, vd, nullptr);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    const std::string srcs[2] = {s1, s2};
+    for (int i = 0; i < 2; ++i) {
+      hid_t src = H5Screate_simple(3, sd, nullptr);
+      hid_t vs = H5Scopy(vspace);
+      hsize_t start[3] = {hsize_t(10 * i), 0, 0}, count[3] = {1, 1, 1}, block[3] = {10, 16, 8};
+      H5Sselect_hyperslab(vs, H5S_SELECT_SET, start, nullptr, count, block);
+      H5Pset_virtual(dcpl, vs, srcs[i].c_str(), "/d", src);
+      H5Sclose(vs);
+      H5Sclose(src);
+    }
+    hid_t d = H5Dcreate2(fid, "v", H5T_STD_U16LE, vspace, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    H5Dclose(d);
+    H5Pclose(dcpl);
+    H5Sclose(vspace);
+    H5Fclose(fid);
+  }
+  check_spans([&](Engine& e) { return e.open_file(path)->dataset_array("/v"); }, true);
+  Engine e(opts());
+  ArrayPtr a = e.open_file(path)->dataset_array("/v");
+  CHECK(a->decode_span(3 * 256 + 1).lo == 3 * 256);   // one frame per chunk in file 1
+  CHECK(a->decode_span(3 * 256 + 1).hi == 4 * 256);
+  CHECK(a->decode_span(19 * 256).lo == 18 * 256);      // file 2: chunk of rows [8, 12) -> [8, 10)
+  CHECK(a->decode_span(19 * 256).hi == 20 * 256);
+}
+
+TEST_CASE("decode spans of stacked modules are one module's bytes", "[core][span]") {
+  const std::string m0 = chunked("mod0", {10, 16, 8}, {1, 16, 8}), m1 = chunked("mod1", {10, 16, 8}, {2, 16, 8});
+  for (bool frames_first : {false, true}) {
+    auto make = [&](Engine& e) -> ArrayPtr {
+      std::vector<StackArray::Module> mods{
+          {e.open_file(m0)->dataset_array("/d"), {{0, 0, 6}, {6, 8, 4}}},
+          {e.open_file(m1)->dataset_array("/d"), {{2, 1, 8}}}};
+      StackArray::Layout L;
+      L.entries = 12;
+      L.frames_first = frames_first;
+      DType t;
+      t.typestr = "<u2";
+      t.itemsize = 2;
+      return std::make_shared<StackArray>(std::move(mods), Shape{16, 8}, t, std::vector<uint8_t>{0, 0}, L, "stack");
+    };
+    // Fill (entries no module covers) is not a unit; check offsets inside covered entries.
+    Engine e(opts());
+    ArrayPtr a = make(e);
+    REQUIRE(a->decodes());
+    const uint64_t frame = 256;
+    for (uint64_t m = 0; m < 2; ++m) {
+      for (uint64_t entry : {1ull, 3ull, 5ull, 8ull}) {
+        const uint64_t off = frames_first ? (entry * 2 + m) * frame + 11 : (m * 12 + entry) * frame + 11;
+        const ByteSpan s = a->decode_span(off);
+        INFO("frames_first " << frames_first << " module " << m << " entry " << entry);
+        REQUIRE(!s.empty());
+        CHECK(s.lo <= off);
+        CHECK(s.hi > off);
+        uint8_t b;
+        e.read_bytes(*a, off, 1, &b);
+        CHECK(e.bytes_decoded(*a, s.lo, s.hi - s.lo));
+        if (frames_first) CHECK(s.hi - s.lo == frame);  // one cell of one frame: the next is another module's
+      }
+    }
+  }
+}

@@ -1,0 +1,163 @@
+// The read policy (vfs/read_policy.h) without a mount: which pages a read makes worth pushing,
+// which way a stream runs, what is decoded ahead of it.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "vfs/read_policy.h"
+
+using namespace h5d;
+using namespace h5d::vfs;
+
+namespace {
+
+constexpr uint64_t kUnit = 128 << 10;  // one 512x128 uint16 frame per chunk
+constexpr uint64_t kHeader = 4096;
+
+ReadPolicy::Geometry frames(uint64_t n, uint64_t unit = kUnit, uint64_t header = kHeader) {
+  ReadPolicy::Geometry g;
+  g.header = header;
+  g.data_size = n * unit;
+  g.decodes = true;
+  g.unit = [unit](uint64_t off) { return ByteSpan{off / unit * unit, off / unit * unit + unit}; };
+  return g;
+}
+
+SequentialPrefetcher::Config stream_cfg() { return {1 << 20, 64 << 20, 1 << 20, 4 << 20}; }
+
+auto all_decoded = [](ByteRange) { return true; };
+auto none_decoded = [](ByteRange) { return false; };
+
+// Simulates a reader that faults one page at a time (mmap, read-ahead of one page) over data
+// pages in the order given, with pushes landing in a page set: returns the requests made.
+struct PageCache {
+  std::set<uint64_t> pages;  // file offsets
+  void add(ByteRange r) {
+    for (uint64_t p = r.off; p < r.end(); p += 4096) pages.insert(p);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("read policy: a read inside a unit pushes the rest of it, on both sides", "[vfs][policy]") {
+  ReadPolicy p(frames(100), stream_cfg());
+  // A fault in the middle of frame 10.
+  const uint64_t off = kHeader + 10 * kUnit + 16 * 4096;
+  const ReadFollowUp f = p.after_read(off, 4096, none_decoded);
+  CHECK(f.around[0].off == kHeader + 10 * kUnit);
+  CHECK(f.around[0].end() == off);
+  CHECK(f.around[1].off == off + 4096);
+  CHECK(f.around[1].end() == kHeader + 11 * kUnit);
+  CHECK(f.ahead.len == 0);
+  CHECK(f.prefetch.len == 0);
+}
+
+TEST_CASE("read policy: no pushes for data without decode units", "[vfs][policy]") {
+  ReadPolicy::Geometry g = frames(100);
+  g.decodes = false;
+  ReadPolicy p(g, stream_cfg());
+  CHECK(p.choose_readahead_kb(true, 1024) == 1024);
+  const ReadFollowUp f = p.after_read(kHeader + 5 * 4096, 4096, all_decoded);
+  CHECK(f.around[0].len == 0);
+  CHECK(f.around[1].len == 0);
+  ReadPolicy q(frames(100), stream_cfg());
+  CHECK(q.choose_readahead_kb(false, 1024) == 1024);
+  CHECK(q.choose_readahead_kb(true, 1024) == 4);
+}
+
+TEST_CASE("read policy: pushes are whole pages inside the file", "[vfs][policy]") {
+  // A .raw of 3-byte elements: units not page aligned; the file's last page may be partial.
+  ReadPolicy::Geometry g = frames(10, 10000, 0);
+  ReadPolicy p(g, stream_cfg());
+  const ReadFollowUp f = p.after_read(8192, 4096, none_decoded);  // inside unit [0, 10000)
+  CHECK(f.around[0] == ByteRange{0, 8192});
+  CHECK(f.around[1] == ByteRange{12288, 4096});  // the read reached into unit [10000, 20000)
+  const ReadFollowUp l = p.after_read(94208, 4096, none_decoded);  // unit [90000, 100000)
+  CHECK(l.around[0].off == 90112);
+  CHECK(l.around[1] == ByteRange{98304, 100000 - 98304});  // to the end of the file
+}
+
+// Both walk orders of a page-faulting reader cost one request per unit: forward (a loop over the
+// array) and backward (glibc's memmove when the destination lies above the mapping).
+TEST_CASE("read policy: a page-faulting reader costs one request per unit, forward or backward", "[vfs][policy]") {
+  for (bool backward : {false, true}) {
+    const uint64_t n = 300;
+    ReadPolicy p(frames(n), stream_cfg());
+    PageCache cache;
+    uint64_t requests = 0;
+    const uint64_t pages = n * kUnit / 4096;
+    for (uint64_t i = 0; i < pages; ++i) {
+      const uint64_t page = kHeader + (backward ? pages - 1 - i : i) * 4096;
+      if (cache.pages.count(page)) continue;
+      ++requests;
+      const ReadFollowUp f = p.after_read(page, 4096, all_decoded);
+      cache.add({page, 4096});
+      cache.add(f.around[0]);
+      cache.add(f.around[1]);
+      cache.add(f.ahead);
+    }
+    INFO((backward ? "backward" : "forward"));
+    CHECK(requests <= n);
+    CHECK(cache.pages.size() == pages);
+    // Once a stream is seen (4 MiB), the decoded units ahead are pushed too: fewer requests.
+    CHECK(requests < n / 2);
+    CHECK(p.stream().direction() ==
+          (backward ? SequentialPrefetcher::Direction::Backward : SequentialPrefetcher::Direction::Forward));
+  }
+}
+
+TEST_CASE("read policy: nothing is pushed ahead that is not decoded, nor before a stream", "[vfs][policy]") {
+  ReadPolicy p(frames(300), stream_cfg());
+  for (uint64_t i = 0; i < 64; ++i) {
+    const ReadFollowUp f = p.after_read(kHeader + i * kUnit, 4096, none_decoded);
+    CHECK(f.ahead.len == 0);
+  }
+  ReadPolicy q(frames(300), stream_cfg());
+  for (uint64_t i = 0; i < 20; ++i) CHECK(q.after_read(kHeader + i * kUnit, 4096, all_decoded).ahead.len == 0);
+}
+
+TEST_CASE("read policy: backward streams are decoded ahead downwards", "[vfs][policy]") {
+  ReadPolicy p(frames(1000), stream_cfg());
+  uint64_t lowest = ~0ull;
+  for (uint64_t i = 0; i < 200; ++i) {
+    const uint64_t off = kHeader + (999 - i) * kUnit;
+    const ReadFollowUp f = p.after_read(off, 4096, none_decoded);
+    if (f.prefetch.len) {
+      CHECK(f.prefetch.end() <= off - kHeader);  // below the reader
+      lowest = std::min(lowest, f.prefetch.off);
+    }
+  }
+  CHECK(lowest < (999 - 200) * kUnit);  // ahead of the reader
+}
+
+TEST_CASE("read policy: with single-page windows a stream starts after two units", "[vfs][policy]") {
+  ReadPolicy p(frames(100), stream_cfg());
+  CHECK(p.choose_readahead_kb(true, 1024) == 4);
+  CHECK(p.after_read(kHeader, 4096, none_decoded).prefetch.len == 0);
+  ReadFollowUp f = p.after_read(kHeader + kUnit, 4096, none_decoded);
+  CHECK(f.prefetch.len == 0);  // one unit and a page
+  f = p.after_read(kHeader + 2 * kUnit, 4096, none_decoded);
+  CHECK(f.prefetch.off >= 2 * kUnit);  // decoding ahead now
+  CHECK(f.prefetch.len > 0);
+  // Without the small windows (push off, or no per-file read-ahead) the configured distance holds.
+  ReadPolicy q(frames(100), stream_cfg());
+  for (uint64_t i = 0; i < 3; ++i) CHECK(q.after_read(kHeader + i * kUnit, 4096, none_decoded).prefetch.len == 0);
+}
+
+TEST_CASE("read policy: a stream gets decoded units pushed up to 1 MiB ahead, each once", "[vfs][policy]") {
+  ReadPolicy p(frames(300), stream_cfg());
+  p.choose_readahead_kb(true, 1024);
+  std::set<uint64_t> pushed;
+  uint64_t next = 0;  // the reader's next data page not in the page cache
+  for (int i = 0; i < 100 && next < 300 * kUnit; ++i) {
+    const ReadFollowUp f = p.after_read(kHeader + next, 4096, all_decoded);
+    uint64_t reach = next + 4096;
+    for (const ByteRange& r : {f.around[0], f.around[1], f.ahead}) {
+      for (uint64_t q = r.off; q < r.end(); q += 4096) CHECK(pushed.insert(q).second);  // once each
+      if (r.len) reach = std::max(reach, r.end() - kHeader);
+    }
+    CHECK(f.ahead.end() <= kHeader + next + 4096 + ReadPolicy::kPushAhead + kUnit);
+    next = reach;
+  }
+  CHECK(next == 300 * kUnit);
+}

@@ -1,0 +1,147 @@
+// The read path's decisions for one open array file (.npy / .raw), in one place and without
+// FUSE: which read-ahead the kernel should use for it, which pages are worth pushing into the
+// page cache around a read, when reads form a stream and which way it runs, and what to decode
+// ahead of it. fusefs carries the decisions out (sysfs read-ahead, notify_store, the reads in
+// flight); vfs/array_file.cpp supplies the file's geometry from its Array. docs/architecture.md
+// ("How a read reaches the daemon") says why each decision follows from what is read.
+//
+// Everything here is derived from two facts about the array, never from constants tuned to one
+// file: its decode units (Array::decode_span: the bytes one decode makes cheap) and the access
+// pattern seen so far (SequentialPrefetcher). The kernel asks for pages in whole-page requests;
+// a unit's pages other than the ones a request asked for are pushed, so a reader that faults
+// page by page costs one request and one decode per unit, in whichever order it walks the pages
+// (glibc's memmove copies large buffers backwards when the destination lies above the source:
+// `out[...] = np.load(path, mmap_mode='r')` walks the mapping from its end, depending only on
+// where the allocator put `out`).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <mutex>
+
+#include "core/array.h"
+
+namespace h5d::vfs {
+
+// Bytes [off, off + len) of a file or of an array's data; len 0: nothing.
+struct ByteRange {
+  uint64_t off = 0, len = 0;
+  uint64_t end() const { return off + len; }
+  bool operator==(const ByteRange& o) const { return off == o.off && len == o.len; }
+};
+
+// Stream detection for one open file, driving the decode-ahead (Engine::prefetch_bytes).
+//
+// One stream per open file, between `lo` (the lowest start) and `cursor` (the highest end) of
+// its reads. A read within `seek_tolerance` of the stream's top end continues a forward stream,
+// one within `seek_tolerance` below its bottom end a backward one (the kernel's read-ahead and
+// the multi-threaded loop deliver requests slightly out of order, and pushes leave gaps between
+// requests); the second read of a stream fixes its direction, a read that goes the other way
+// starts a new stream, and so does anything else (a seek). While a stream continues, a window
+// of `window` bytes is kept decoded ahead of the reader in its direction: when the decoded
+// frontier is less than half a window ahead, [frontier, reader + window) is asked for and the
+// window doubles (up to `max`). Backpressure is the engine's: prefetch_bytes drops work when its
+// pool is saturated. Nothing is decoded ahead until the stream has gone `after` bytes: one random
+// mmap fault becomes two or three contiguous requests (the kernel's read-around), which look
+// sequential but are not a stream.
+class SequentialPrefetcher {
+ public:
+  struct Config {
+    uint64_t initial = (1ull << 20) + (128ull << 10);
+    uint64_t max = 64ull << 20;
+    uint64_t seek_tolerance = 1ull << 20;
+    uint64_t after = 4ull << 20;
+  };
+  using Range = ByteRange;
+  enum class Direction { None, Forward, Backward };
+
+  explicit SequentialPrefetcher(Config cfg) : cfg_(cfg), window_(cfg.initial) {}
+
+  // Reports a read of [off, off+len) in a file of `file_size` bytes; returns what to decode ahead.
+  Range on_read(uint64_t off, uint64_t len, uint64_t file_size);
+
+  // Bytes [lo, hi), next to the read just reported, were pushed into the page cache: the reader
+  // will not ask for them, so the stream reaches over them (its next read comes after them).
+  void note_pushed(uint64_t lo, uint64_t hi);
+
+  // The file is read through single-page windows with pushes (ReadPolicy::choose_readahead_kb):
+  // a stream's reads follow each other exactly (tolerance: the read's own size, for the requests
+  // of one large read() arriving out of order), and it starts after two units of `unit` bytes.
+  void single_page_windows(uint64_t unit);
+
+  uint64_t window() const;
+  // Whether the reads so far form a stream at least `after` bytes long, and its direction.
+  bool streaming() const;
+  Direction direction() const;
+
+ private:
+  Config cfg_;
+  mutable std::mutex mu_;  // guards everything below
+  bool started_ = false;
+  bool exact_ = false;     // single_page_windows
+  Direction dir_ = Direction::None;
+  uint64_t lo_ = 0;        // lowest start of the current stream's reads
+  uint64_t cursor_ = 0;    // highest end of the current stream's reads
+  uint64_t frontier_ = 0;  // the far end of what has been asked for, in the stream's direction
+  uint64_t window_;
+};
+
+// What a read of one array file leads to, beyond its reply.
+struct ReadFollowUp {
+  ByteRange around[2];  // file pages of the units the read decoded, other than its own: push
+                        // them before the reply (the woken reader must find them cached)
+  ByteRange ahead;      // file pages of the next unit in the stream's direction, when it is
+                        // decoded already: push it after the reply (the reader copies meanwhile)
+  ByteRange prefetch;   // data bytes to decode ahead of a stream
+};
+
+class ReadPolicy {
+ public:
+  // The file: `header` bytes (the .npy header; 0 for .raw) then `data_size` bytes of the array,
+  // whose decode units are `unit(data offset)` (Array::decode_span; unset or empty: none).
+  struct Geometry {
+    uint64_t header = 0, data_size = 0;
+    std::function<ByteSpan(uint64_t)> unit;
+    bool decodes = false;  // Array::decodes
+  };
+  // A unit larger than this is never pushed whole: only this much of it nearest the read
+  // (notify_store copies what it pushes; beyond a few MiB the reader is better served asking).
+  static constexpr uint64_t kMaxPush = 8ull << 20;
+  static constexpr uint64_t kPage = 4096;
+
+  ReadPolicy(Geometry g, SequentialPrefetcher::Config stream) : g_(std::move(g)), stream_(stream) {}
+
+  // In a stream, decoded units are pushed this far ahead of the reader: as far as the kernel
+  // reads ahead of a reader of an uncompressed file at h5direct's default read-ahead (1 MiB), so
+  // that a reader faulting page by page finds what it would find in a plain file.
+  static constexpr uint64_t kPushAhead = 1ull << 20;
+
+  // The read-ahead the kernel should use for this file, given the mount's (`mount_kb`) and
+  // whether pushes are on: files whose reads decode want single pages (a larger window around a
+  // fault would decode the neighbouring units too) and get the rest of each unit by push. Called
+  // when the file is opened, where the daemon can set read-ahead (root); the choice also sets
+  // when a stream starts (two units with single-page windows, Config::after otherwise).
+  unsigned choose_readahead_kb(bool push, unsigned mount_kb);
+  bool decodes() const { return g_.decodes; }
+
+  // After the reader's read of file bytes [off, off + n) (n: what it got). `decoded` tells
+  // whether data bytes are decoded already (Engine::bytes_decoded). Updates the stream.
+  ReadFollowUp after_read(uint64_t off, uint64_t n, const std::function<bool(ByteRange)>& decoded);
+
+  // The whole file pages of data bytes [from, to) (the kernel takes no partial page but the
+  // file's last), as a file range.
+  ByteRange pages(uint64_t from, uint64_t to) const;
+
+  const SequentialPrefetcher& stream() const { return stream_; }
+
+ private:
+  ByteSpan unit(uint64_t data_off) const;
+  // The decoded units pushed ahead of a stream after a read of data [d0, d1) in units u0..u1.
+  ByteRange ahead_of(uint64_t d0, uint64_t d1, ByteSpan u0, ByteSpan u1,
+                     const std::function<bool(ByteRange)>& decoded);
+  Geometry g_;
+  SequentialPrefetcher stream_;
+  std::mutex mu_;  // guards pushed_lo_, pushed_hi_
+  uint64_t pushed_lo_ = ~0ull, pushed_hi_ = 0;  // how far pushes ahead of a stream reached
+};
+
+}  // namespace h5d::vfs
