@@ -8,5 +8,6 @@ BUILD=${1:-build}
 shift || true
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
 cmake --build "$BUILD" -j"$(nproc)"
+bash tools/check-deps.sh "$BUILD"
 mkdir -p "$BUILD/test-tmp"
 ctest --test-dir "$BUILD" --output-on-failure --timeout 1200

@@ -17,14 +17,35 @@ BIN = os.environ.get('H5DIRECT_BIN')
 MOUNT_TIMEOUT = 20
 
 
+def traversable_by_others(path):
+    """Whether a user other than the owner may pass through every directory up to `path`."""
+    path = osp.realpath(path)
+    while True:
+        if not os.stat(path).st_mode & 0o001:
+            return False
+        if path == '/':
+            return True
+        path = osp.dirname(path)
+
+
 def tmp_base():
+    """Where tests make their sources and mount points: H5D_TEST_TMP (the build tree) when other
+    users can reach it, else a directory under the system's temp dir. Tests read through the
+    mount as other users (nobody, throwaway users), who must be able to reach the mount point
+    wherever the checkout lives (a 0700 home, /root)."""
     base = os.environ.get('H5D_TEST_TMP') or tempfile.gettempdir()
     os.makedirs(base, exist_ok=True)
+    if not traversable_by_others(base):
+        base = osp.join(tempfile.gettempdir(), f'h5direct-tests-{os.getuid()}')
+        os.makedirs(base, exist_ok=True)
+        os.chmod(base, 0o755)
     return base
 
 
 def make_tmpdir(prefix):
-    return tempfile.mkdtemp(prefix=prefix, dir=tmp_base())
+    d = tempfile.mkdtemp(prefix=prefix, dir=tmp_base())
+    os.chmod(d, 0o755)  # mkdtemp makes it 0700: other users could not reach what lies inside
+    return d
 
 
 def unmount(mnt):
