@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstring>
 
+#include <fcntl.h>
+
 #include "core/buffer_pool.h"
 #include "core/chunk_cache.h"
 #include "core/engine.h"
@@ -136,6 +138,44 @@ void plan_runs(Engine& engine, const std::string& path, const FileIdentity& id, 
   flush();
 }
 
+// The decode-ahead of bytes stored as they are read (contiguous data, unfiltered chunks): ask the
+// kernel to read the file ranges of `runs` into its page cache now (posix_fadvise WILLNEED starts
+// the reads and returns), so that a stream over cold data finds them there. Neighbouring runs
+// are merged; one pool task for all of them.
+void plan_willneed(Engine& engine, const std::string& path, const FileIdentity& id, std::vector<Run>& runs,
+                   ReadPlan& plan) {
+  if (runs.empty()) return;
+  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.src < b.src; });
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // (offset, length)
+  for (const Run& r : runs) {
+    if (!ranges.empty() && r.src <= ranges.back().first + ranges.back().second + 4096)
+      ranges.back().second = std::max(ranges.back().second, r.src + r.n - ranges.back().first);
+    else
+      ranges.emplace_back(r.src, r.n);
+  }
+  plan.add([&engine, path, id, ranges = std::move(ranges)] {
+    try {
+      auto fd = engine.fds().get(path, &id);
+      for (const auto& [off, len] : ranges)
+        ::posix_fadvise(fd->fd(), static_cast<off_t>(off), static_cast<off_t>(len), POSIX_FADV_WILLNEED);
+    } catch (const std::exception&) {
+      // A read-ahead hint only: the reader's own read reports what is wrong.
+    }
+  });
+}
+
+// The file bytes from the first to the last element of region `r` of a C-order block of `shape`
+// stored at `addr` (a read-ahead hint: for regions of whole rows exactly their bytes).
+Run file_span(uint64_t addr, const Shape& shape, size_t itemsize, const Region& r) {
+  const auto st = c_strides(shape, itemsize);
+  uint64_t lo = addr, hi = addr + itemsize;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    lo += r.start[k] * static_cast<uint64_t>(st[k]);
+    hi += (r.start[k] + r.count[k] - 1) * static_cast<uint64_t>(st[k]);
+  }
+  return {lo, nullptr, hi - lo};
+}
+
 class ContiguousArray final : public DatasetArray {
  public:
   ContiguousArray(Engine& e, std::shared_ptr<const DatasetInfo> info, uint64_t addr, const FileIdentity& id)
@@ -152,6 +192,12 @@ class ContiguousArray final : public DatasetArray {
     collect_runs(addr_, shape(), dtype().itemsize, r, dst, runs);
     if (log::debug_enabled()) log::debug("read " + what_ + ": direct (contiguous)");
     plan_runs(engine_, info_->file, file_id_, what_, runs, plan);
+  }
+
+  void plan_prefetch(const Region& r, ReadPlan& plan) const override {
+    if (r.empty() || addr_ == fmt::kUndefAddr) return;
+    std::vector<Run> runs{file_span(addr_, shape(), dtype().itemsize, r)};
+    plan_willneed(engine_, info_->file, file_id_, runs, plan);
   }
 
  private:
@@ -207,11 +253,18 @@ class ChunkedArray final : public DatasetArray {
   }
 
   void plan_prefetch(const Region& r, ReadPlan& plan) const override {
-    if (r.empty() || !filtered_) return;
+    if (r.empty()) return;
     const ChunkContext& ctx = context();
-    for_each_chunk(r, [&](const Shape& cc, uint64_t lin, const Region&) {
+    std::vector<Run> runs;  // chunks stored as they are read: the kernel reads them ahead
+    for_each_chunk(r, [&](const Shape& cc, uint64_t lin, const Region& sub) {
       const fmt::ChunkLoc* loc = ctx.map.find(lin);
-      if (!loc || !needs_decode(cc, *loc)) return;
+      if (!loc) return;
+      if (!needs_decode(cc, *loc)) {
+        Region in_chunk = sub;
+        for (size_t k = 0; k < ds_rank_; ++k) in_chunk.start[k] -= cc[k] * chunk_ext_[k];
+        runs.push_back(file_span(loc->addr, chunk_ext_, dtype().itemsize, in_chunk));
+        return;
+      }
       if (engine_.cache().contains(ChunkKey{array_id_, lin})) return;
       fmt::ChunkLoc l = *loc;
       plan.add([this, cc, lin, l] {
@@ -223,6 +276,7 @@ class ChunkedArray final : public DatasetArray {
         }
       });
     });
+    plan_willneed(engine_, info_->file, st_.file_id, runs, plan);
   }
 
   // The chunk's run of C-order bytes around `off`: along the last axis the chunk does not span

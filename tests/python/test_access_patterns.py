@@ -127,3 +127,84 @@ def test_read_ahead_of_concurrent_opens_is_their_own():
         t.join()
         m.close()
     assert small <= 3, f'{small} of 30 opens of an uncompressed file got the minimal read-ahead'
+
+
+@pytest.fixture(scope='module')
+def composites(src):
+    """The frames of `src` as a VDS over 3 files and as a run-view key over 3 sequence files."""
+    import sys
+    sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+    import euxfel_mock
+    d = tl.make_tmpdir('access-comp-')
+    data = src['data']
+    bounds = [0, 70, 160, N]
+    layout = h5py.VirtualLayout(shape=data.shape, dtype=data.dtype)
+    for i in range(3):
+        a, b = bounds[i], bounds[i + 1]
+        p = osp.join(d, f'part{i}.h5')
+        with h5py.File(p, 'w') as f:
+            f.create_dataset('data', data=data[a:b], chunks=(1,) + FRAME, shuffle=True,
+                             compression='gzip', compression_opts=1)
+        layout[a:b] = h5py.VirtualSource(p, 'data', shape=(b - a,) + FRAME)
+    with h5py.File(osp.join(d, 'vds.h5'), 'w') as f:
+        f.create_virtual_dataset('data', layout)
+    w = euxfel_mock.RunWriter(osp.join(d, 'r0001'), run_number=1, keep_data=False)
+    key = euxfel_mock.Key('image.data', '<u2', FRAME, chunks='frame', compression='gzip1',
+                          make=lambda tids, js: data[np.asarray(tids, np.int64) - 10000])
+    source = euxfel_mock.Source('SPB_DET_AGIPD1M-1/DET/0CH0:xtdf', 'INSTRUMENT',
+                                [euxfel_mock.Group('image', [key], lambda t: 1, pad_to=4)])
+    for s in range(3):
+        w.write_file('AGIPD00', s, [source], list(range(10000 + bounds[s], 10000 + bounds[s + 1])))
+    return {'vds': (d, ('vds.h5', 'data.npy')),
+            'run': (w.run_dir, ('SPB_DET_AGIPD1M-1', 'DET', '0CH0:xtdf', 'image.data.npy'))}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason='per-file read-ahead needs root (sysfs)')
+@pytest.mark.parametrize('kind', ['vds', 'run'])
+def test_random_mmap_frames_of_composites_decode_about_one_chunk(src, composites, kind):
+    """A VDS and a run-view key forward their sources' decode units: a random frame through
+    mmap costs one decode and about one request, as on a plain dataset."""
+    root, rel = composites[kind]
+    m = tl.Mount(root)
+    try:
+        a = np.load(m.path(*rel), mmap_mode='r')
+        idx = np.random.default_rng(12).permutation(N)[:50]
+        out = np.empty(FRAME, '<u2')
+        for i in idx:
+            out[...] = a[int(i)]
+            assert np.array_equal(out, src['data'][int(i)]), i
+        del a
+        s = m.stats()
+        assert s['chunks_decoded'] <= len(idx) + 3, s
+        assert s['reads'] <= 2 * len(idx) + 5, s
+    finally:
+        m.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason='per-file read-ahead needs root (sysfs)')
+@pytest.mark.parametrize('name', ['one', 'three'])
+def test_backward_page_walk_costs_a_request_per_chunk(src, name):
+    """glibc's memmove copies large buffers from their end when the destination lies above the
+    source, so `out[...] = np.load(path, mmap_mode='r')` may walk the mapping backwards, page by
+    page. Each chunk must still cost about one request (it cost one per page, 8 to 32 here, and
+    pushed each chunk's rest again at every page)."""
+    exp = expected(src, name)
+    m = tl.Mount(src['dir'])
+    try:
+        fd = os.open(m.path('frames.h5', name + '.npy'), os.O_RDONLY)
+        mm = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+        header = 4096
+        size = len(mm)
+        pages = bytearray()
+        for off in range(size - 4096, header - 1, -4096):  # one page at a time, from the end
+            pages[0:0] = mm[off:off + 4096]
+        mm.close()
+        os.close(fd)
+        assert bytes(pages) == exp.tobytes()
+        s = m.stats()
+        chunk_rows = {'one': 1, 'three': 3}[name]
+        chunks = N // chunk_rows * (1 if name == 'one' else 2)  # 'three': two chunks per 3 frames
+        assert s['reads'] <= chunks + 10, s
+        assert s['bytes_pushed'] <= exp.nbytes * 1.1, s
+    finally:
+        m.close()
