@@ -41,6 +41,21 @@ uint64_t ReadsInFlight::clip(uint64_t ino, uint64_t from, uint64_t to) {
   return to;
 }
 
+std::vector<char> PushBuffers::take() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (free_.empty()) return {};
+  std::vector<char> b = std::move(free_.back());
+  free_.pop_back();
+  return b;
+}
+
+void PushBuffers::give(std::vector<char>&& b) {
+  if (b.capacity() == 0 || b.capacity() > kKeepBytes) return;
+  b.clear();
+  std::lock_guard<std::mutex> lk(mu_);
+  if (free_.size() < kKeep) free_.push_back(std::move(b));
+}
+
 namespace {
 
 Context& ctx(fuse_req_t req) { return *static_cast<Context*>(fuse_req_userdata(req)); }
@@ -208,7 +223,6 @@ void push_bytes(Context& c, fuse_ino_t ino, uint64_t off, std::vector<char>& byt
   const int rc = fuse_lowlevel_notify_store(c.se, ino, static_cast<off_t>(off), &bv, static_cast<fuse_buf_copy_flags>(0));
   if (rc == 0) c.vfs->note_pushed(bytes.size());
   else if (log::debug_enabled()) log::debug("push of inode " + std::to_string(ino) + " failed: " + std::strerror(-rc));
-  if (bytes.capacity() > (size_t(16) << 20)) std::vector<char>().swap(bytes);
 }
 
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
@@ -229,15 +243,20 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
     // Pushes (vfs/read_policy.h): the rest of the units this read decoded go into the page cache
     // before the reply (the woken reader must find them there); in a stream, the next decoded
     // unit after it (the reader copies the current one meanwhile).
-    thread_local std::vector<char> near, ahead;
+    std::vector<char> ahead;
     uint64_t ahead_off = 0;
-    ahead.clear();
     if (c.opts.push && c.se && n == size && !fs(req).writable()) {
+      std::vector<char> near = c.push_buffers.take();
       for (const vfs::OpenFile::Range& r : pushes.before) push_bytes(c, ino, copy_for_push(c, ino, *f, r, near), near);
-      ahead_off = copy_for_push(c, ino, *f, pushes.after, ahead);
+      c.push_buffers.give(std::move(near));
+      if (pushes.after.len) {
+        ahead = c.push_buffers.take();
+        ahead_off = copy_for_push(c, ino, *f, pushes.after, ahead);
+      }
     }
     fuse_reply_buf(req, buf.data(), n);
     push_bytes(c, ino, ahead_off, ahead);
+    c.push_buffers.give(std::move(ahead));
   });
 }
 

@@ -36,6 +36,21 @@ class ReadsInFlight {
   std::vector<R> reads_;
 };
 
+// Buffers that pushes copy bytes into before notify_store. A few are kept for reuse (fresh memory
+// costs page faults and zeroing at every push); the rest are freed, so that every FUSE thread
+// does not keep its own copy of the largest push it ever made (the daemon's memory bound).
+class PushBuffers {
+ public:
+  static constexpr size_t kKeep = 4;                   // buffers kept: the streams served at once
+  static constexpr size_t kKeepBytes = size_t(2) << 20;  // larger ones are never kept
+  std::vector<char> take();
+  void give(std::vector<char>&& b);
+
+ private:
+  std::mutex mu_;  // guards free_
+  std::vector<std::vector<char>> free_;
+};
+
 // The session's userdata. `vfs` is set before the session loop starts (after daemonizing).
 struct Context {
   vfs::Vfs* vfs = nullptr;
@@ -54,6 +69,7 @@ struct Context {
   unsigned readahead_now = 0;
   std::chrono::steady_clock::time_point readahead_used{};  // the last open answered with it
   ReadsInFlight reads;
+  PushBuffers push_buffers;
 };
 
 const fuse_lowlevel_ops& operations();

@@ -4,67 +4,102 @@
 
 namespace h5d::vfs {
 
-SequentialPrefetcher::Range SequentialPrefetcher::on_read(uint64_t off, uint64_t len, uint64_t file_size) {
+bool SequentialPrefetcher::goes_on(Stream& s, uint64_t off, uint64_t end, uint64_t tol) const {
+  if (!s.started) return false;
+  const bool near_top = off + tol >= s.cursor && off <= s.cursor + tol;
+  const bool near_bottom = end + tol >= s.lo && off <= s.lo + tol;
+  switch (s.dir) {
+    case Direction::Forward: return near_top;
+    case Direction::Backward: return near_bottom;
+    case Direction::None:
+      if (off >= s.lo && near_top) {
+        s.dir = Direction::Forward;
+        s.frontier = s.cursor;
+        return true;
+      }
+      if (off < s.lo && near_bottom) {
+        s.dir = Direction::Backward;
+        s.frontier = s.lo;
+        return true;
+      }
+      return false;
+  }
+  return false;
+}
+
+SequentialPrefetcher::Range SequentialPrefetcher::on_read(uint64_t off, uint64_t len, uint64_t file_size,
+                                                          Seen* seen) {
   std::lock_guard<std::mutex> lk(mu_);
   const uint64_t end = std::min(off + len, file_size);
   // Single-page windows: a reader's next request starts where its pages (read or pushed) end; only
   // the requests of one large read() arrive out of order, by less than their own size.
   const uint64_t tol = exact_ ? std::max<uint64_t>(len, 4096) : cfg_.seek_tolerance;
-  const bool near_top = off + tol >= cursor_ && off <= cursor_ + tol;
-  const bool near_bottom = end + tol >= lo_ && off <= lo_ + tol;
-  bool goes_on = false;
-  if (started_) {
-    switch (dir_) {
-      case Direction::Forward: goes_on = near_top; break;
-      case Direction::Backward: goes_on = near_bottom; break;
-      case Direction::None:
-        if (off >= lo_ && near_top) {
-          dir_ = Direction::Forward;
-          frontier_ = cursor_;
-          goes_on = true;
-        } else if (off < lo_ && near_bottom) {
-          dir_ = Direction::Backward;
-          frontier_ = lo_;
-          goes_on = true;
-        }
-        break;
-    }
-  }
-  if (!goes_on) {
-    started_ = true;
-    dir_ = Direction::None;
-    lo_ = off;
-    cursor_ = end;
-    frontier_ = end;
-    window_ = cfg_.initial;
-    return {};
-  }
-  lo_ = std::min(lo_, off);
-  cursor_ = std::max(cursor_, end);
-  if (cursor_ - lo_ < cfg_.after) return {};
-  Range r;
-  if (dir_ == Direction::Forward) {
-    frontier_ = std::max(frontier_, cursor_);
-    if (frontier_ >= file_size || frontier_ >= cursor_ + window_ / 2) return {};
-    const uint64_t target = std::min(cursor_ + window_, file_size);
-    r = {frontier_, target - frontier_};
-    frontier_ = target;
+  size_t i = 0;
+  // Streams with a direction first: a read next to a stream's end continues it rather than
+  // pairing with a lone read nearby.
+  bool found = false;
+  for (int pass = 0; pass < 2 && !found; ++pass)
+    for (i = 0; i < kStreams && !found; ++i)
+      if ((streams_[i].dir != Direction::None) == (pass == 0)) found = goes_on(streams_[i], off, end, tol);
+  if (found) --i;
+  Stream* st = found ? &streams_[i] : nullptr;
+  if (!st) {  // a new stream in the least recently used slot
+    i = 0;
+    for (size_t k = 1; k < kStreams; ++k)
+      if (streams_[k].used < streams_[i].used) i = k;
+    st = &streams_[i];
+    *st = Stream{};
+    st->started = true;
+    st->lo = off;
+    st->cursor = end;
+    st->frontier = end;
+    st->window = cfg_.initial;
   } else {
-    frontier_ = std::min(frontier_, lo_);
-    if (frontier_ == 0 || frontier_ + window_ / 2 <= lo_) return {};
-    const uint64_t target = lo_ > window_ ? lo_ - window_ : 0;
-    r = {target, frontier_ - target};
-    frontier_ = target;
+    st->lo = std::min(st->lo, off);
+    st->cursor = std::max(st->cursor, end);
   }
-  window_ = std::min(window_ * 2, std::max(cfg_.max, cfg_.initial));
+  st->used = ++clock_;
+  ++st->reads;
+  last_ = i;
+  if (seen) *seen = {i, long_enough(*st), st->dir};
+  if (!found || !long_enough(*st)) return {};
+  Range r;
+  if (st->dir == Direction::Forward) {
+    st->frontier = std::max(st->frontier, st->cursor);
+    if (st->frontier >= file_size || st->frontier >= st->cursor + st->window / 2) return {};
+    const uint64_t target = std::min(st->cursor + st->window, file_size);
+    r = {st->frontier, target - st->frontier};
+    st->frontier = target;
+  } else {
+    st->frontier = std::min(st->frontier, st->lo);
+    if (st->frontier == 0 || st->frontier + st->window / 2 <= st->lo) return {};
+    const uint64_t target = st->lo > st->window ? st->lo - st->window : 0;
+    r = {target, st->frontier - target};
+    st->frontier = target;
+  }
+  st->window = std::min(st->window * 2, std::max(cfg_.max, cfg_.initial));
   return r;
 }
 
-void SequentialPrefetcher::note_pushed(uint64_t lo, uint64_t hi) {
+void SequentialPrefetcher::note_pushed(size_t stream, uint64_t lo, uint64_t hi) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (!started_ || hi <= lo) return;
-  if (dir_ != Direction::Forward) lo_ = std::min(lo_, lo);
-  if (dir_ != Direction::Backward) cursor_ = std::max(cursor_, hi);
+  Stream& s = streams_[stream % kStreams];
+  if (!s.started || hi <= lo) return;
+  if (s.dir != Direction::Forward) s.lo = std::min(s.lo, lo);
+  if (s.dir != Direction::Backward) s.cursor = std::max(s.cursor, hi);
+}
+
+std::pair<uint64_t, uint64_t> SequentialPrefetcher::pushed(size_t stream) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  const Stream& s = streams_[stream % kStreams];
+  return {s.pushed_lo, s.pushed_hi};
+}
+
+void SequentialPrefetcher::set_pushed(size_t stream, uint64_t lo, uint64_t hi) {
+  std::lock_guard<std::mutex> lk(mu_);
+  Stream& s = streams_[stream % kStreams];
+  s.pushed_lo = lo;
+  s.pushed_hi = hi;
 }
 
 void SequentialPrefetcher::single_page_windows(uint64_t unit) {
@@ -75,17 +110,17 @@ void SequentialPrefetcher::single_page_windows(uint64_t unit) {
 
 bool SequentialPrefetcher::streaming() const {
   std::lock_guard<std::mutex> lk(mu_);
-  return started_ && dir_ != Direction::None && cursor_ - lo_ >= cfg_.after;
+  return long_enough(streams_[last_]);
 }
 
 SequentialPrefetcher::Direction SequentialPrefetcher::direction() const {
   std::lock_guard<std::mutex> lk(mu_);
-  return dir_;
+  return streams_[last_].dir;
 }
 
 uint64_t SequentialPrefetcher::window() const {
   std::lock_guard<std::mutex> lk(mu_);
-  return window_;
+  return streams_[last_].started ? streams_[last_].window : cfg_.initial;
 }
 
 ByteSpan ReadPolicy::unit(uint64_t data_off) const {
@@ -115,39 +150,41 @@ ReadFollowUp ReadPolicy::after_read(uint64_t off, uint64_t n, const std::functio
   const uint64_t e = std::min(off + n, h + g_.data_size);
   if (e <= h || e <= off) return out;  // the header alone
   const uint64_t d0 = off > h ? off - h : 0, d1 = e - h;
-  out.prefetch = stream_.on_read(d0, d1 - d0, g_.data_size);
+  SequentialPrefetcher::Seen seen;
+  out.prefetch = stream_.on_read(d0, d1 - d0, g_.data_size, &seen);
   const ByteSpan u0 = unit(d0), u1 = unit(d1 - 1);
   if (!u0.empty() && u0.lo < d0) out.around[0] = pages(std::max(u0.lo, d0 > kMaxPush ? d0 - kMaxPush : 0), d0);
   if (!u1.empty() && u1.hi > d1) out.around[1] = pages(d1, std::min(u1.hi, d1 + kMaxPush));
-  if (stream_.streaming()) out.ahead = ahead_of(d0, d1, u0, u1, decoded);
+  if (seen.streaming) out.ahead = ahead_of(seen, d0, d1, u0, u1, decoded);
   for (const ByteRange& r : {out.around[0], out.around[1], out.ahead})
-    if (r.len) stream_.note_pushed(r.off - h, r.end() - h);
+    if (r.len) stream_.note_pushed(seen.stream, r.off - h, r.end() - h);
   return out;
 }
 
-ByteRange ReadPolicy::ahead_of(uint64_t d0, uint64_t d1, ByteSpan u0, ByteSpan u1,
-                               const std::function<bool(ByteRange)>& decoded) {
+ByteRange ReadPolicy::ahead_of(const SequentialPrefetcher::Seen& seen, uint64_t d0, uint64_t d1, ByteSpan u0,
+                               ByteSpan u1, const std::function<bool(ByteRange)>& decoded) {
   const auto usable = [&](const ByteSpan& u) {
     return !u.empty() && u.hi - u.lo <= kMaxPush && decoded({u.lo, u.hi - u.lo});
   };
-  std::lock_guard<std::mutex> lk(mu_);
+  auto [pushed_lo, pushed_hi] = stream_.pushed(seen.stream);
   uint64_t lo, hi;
-  if (stream_.direction() == SequentialPrefetcher::Direction::Forward) {
+  if (seen.dir == SequentialPrefetcher::Direction::Forward) {
     if (u1.empty()) return {};
     // Continue from what was pushed already, when that lies just ahead of this read.
-    lo = pushed_hi_ > u1.hi && pushed_hi_ <= d1 + kPushAhead ? pushed_hi_ : u1.hi;
+    lo = pushed_hi > u1.hi && pushed_hi <= d1 + kPushAhead ? pushed_hi : u1.hi;
     hi = lo;
     const uint64_t target = std::min(g_.data_size, d1 + kPushAhead);
     for (ByteSpan u; hi < target && usable(u = unit(hi));) hi = u.hi;
-    if (hi > lo) pushed_hi_ = hi;
+    if (hi > lo) pushed_hi = hi;
   } else {
     if (u0.empty()) return {};
-    hi = pushed_lo_ < u0.lo && pushed_lo_ + kPushAhead >= d0 ? pushed_lo_ : u0.lo;
+    hi = pushed_lo < u0.lo && pushed_lo + kPushAhead >= d0 ? pushed_lo : u0.lo;
     lo = hi;
     const uint64_t target = d0 > kPushAhead ? d0 - kPushAhead : 0;
     for (ByteSpan u; lo > target && usable(u = unit(lo - 1));) lo = u.lo;
-    if (hi > lo) pushed_lo_ = lo;
+    if (hi > lo) pushed_lo = lo;
   }
+  stream_.set_pushed(seen.stream, pushed_lo, pushed_hi);
   return hi > lo ? pages(lo, hi) : ByteRange{};
 }
 

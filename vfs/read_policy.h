@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <utility>
 
 #include "core/array.h"
 
@@ -31,13 +32,13 @@ struct ByteRange {
 
 // Stream detection for one open file, driving the decode-ahead (Engine::prefetch_bytes).
 //
-// One stream per open file, between `lo` (the lowest start) and `cursor` (the highest end) of
-// its reads. A read within `seek_tolerance` of the stream's top end continues a forward stream,
-// one within `seek_tolerance` below its bottom end a backward one (the kernel's read-ahead and
-// the multi-threaded loop deliver requests slightly out of order, and pushes leave gaps between
-// requests); the second read of a stream fixes its direction, a read that goes the other way
-// starts a new stream, and so does anything else (a seek). While a stream continues, a window
-// of `window` bytes is kept decoded ahead of the reader in its direction: when the decoded
+// Up to kStreams streams per open file (threads of one process reading parts of one mapping
+// share it), each between `lo` (the lowest start) and `cursor` (the highest end) of its reads.
+// A read within `seek_tolerance` of a stream's top end continues it forward, one within
+// `seek_tolerance` below its bottom end backward (the kernel's read-ahead and the multi-threaded
+// loop deliver requests slightly out of order); the second read of a stream fixes its direction,
+// and a read that continues no stream replaces the least recently used one. While a stream goes
+// on, a window of `window` bytes is kept decoded ahead of it in its direction: when the decoded
 // frontier is less than half a window ahead, [frontier, reader + window) is asked for and the
 // window doubles (up to `max`). Backpressure is the engine's: prefetch_bytes drops work when its
 // pool is saturated. Nothing is decoded ahead until the stream has gone `after` bytes: one random
@@ -53,36 +54,59 @@ class SequentialPrefetcher {
   };
   using Range = ByteRange;
   enum class Direction { None, Forward, Backward };
+  static constexpr size_t kStreams = 4;
+  // The stream a read belongs to, as on_read left it.
+  struct Seen {
+    size_t stream = 0;
+    bool streaming = false;  // gone at least `after` bytes
+    Direction dir = Direction::None;
+  };
 
-  explicit SequentialPrefetcher(Config cfg) : cfg_(cfg), window_(cfg.initial) {}
+  explicit SequentialPrefetcher(Config cfg) : cfg_(cfg) {}
 
   // Reports a read of [off, off+len) in a file of `file_size` bytes; returns what to decode ahead.
-  Range on_read(uint64_t off, uint64_t len, uint64_t file_size);
+  Range on_read(uint64_t off, uint64_t len, uint64_t file_size, Seen* seen = nullptr);
 
-  // Bytes [lo, hi), next to the read just reported, were pushed into the page cache: the reader
-  // will not ask for them, so the stream reaches over them (its next read comes after them).
-  void note_pushed(uint64_t lo, uint64_t hi);
+  // Bytes [lo, hi), next to a read of stream `stream`, were pushed into the page cache: its
+  // reader will not ask for them, so the stream reaches over them.
+  void note_pushed(size_t stream, uint64_t lo, uint64_t hi);
+  // How far pushes ahead of stream `stream` reached (ReadPolicy): [lo, hi) as last set.
+  std::pair<uint64_t, uint64_t> pushed(size_t stream) const;
+  void set_pushed(size_t stream, uint64_t lo, uint64_t hi);
 
   // The file is read through single-page windows with pushes (ReadPolicy::choose_readahead_kb):
   // a stream's reads follow each other exactly (tolerance: the read's own size, for the requests
   // of one large read() arriving out of order), and it starts after two units of `unit` bytes.
   void single_page_windows(uint64_t unit);
 
+  // The most recently used stream: its window, whether it has gone `after` bytes, its direction.
   uint64_t window() const;
-  // Whether the reads so far form a stream at least `after` bytes long, and its direction.
   bool streaming() const;
   Direction direction() const;
 
  private:
+  struct Stream {
+    bool started = false;
+    Direction dir = Direction::None;
+    uint64_t lo = 0, cursor = 0;  // lowest start and highest end of its reads (and pushes)
+    uint64_t frontier = 0;        // the far end of what was asked for, in its direction
+    uint64_t window = 0;
+    uint64_t used = 0;            // last use (a counter), for replacement
+    uint64_t reads = 0;
+    uint64_t pushed_lo = ~0ull, pushed_hi = 0;  // ReadPolicy's push-ahead reach
+  };
+  bool goes_on(Stream& s, uint64_t off, uint64_t end, uint64_t tol) const;
+  // A stream: three reads or more, with a direction, over at least `after` bytes (random reads
+  // of a small file land next to each other now and then; three in a row rarely).
+  bool long_enough(const Stream& s) const {
+    return s.started && s.dir != Direction::None && s.reads >= 3 && s.cursor - s.lo >= cfg_.after;
+  }
   Config cfg_;
   mutable std::mutex mu_;  // guards everything below
-  bool started_ = false;
   bool exact_ = false;     // single_page_windows
-  Direction dir_ = Direction::None;
-  uint64_t lo_ = 0;        // lowest start of the current stream's reads
-  uint64_t cursor_ = 0;    // highest end of the current stream's reads
-  uint64_t frontier_ = 0;  // the far end of what has been asked for, in the stream's direction
-  uint64_t window_;
+  Stream streams_[kStreams];
+  uint64_t clock_ = 0;
+  size_t last_ = 0;        // the most recently used stream
 };
 
 // What a read of one array file leads to, beyond its reply.
@@ -136,12 +160,10 @@ class ReadPolicy {
  private:
   ByteSpan unit(uint64_t data_off) const;
   // The decoded units pushed ahead of a stream after a read of data [d0, d1) in units u0..u1.
-  ByteRange ahead_of(uint64_t d0, uint64_t d1, ByteSpan u0, ByteSpan u1,
-                     const std::function<bool(ByteRange)>& decoded);
+  ByteRange ahead_of(const SequentialPrefetcher::Seen& seen, uint64_t d0, uint64_t d1, ByteSpan u0,
+                     ByteSpan u1, const std::function<bool(ByteRange)>& decoded);
   Geometry g_;
   SequentialPrefetcher stream_;
-  std::mutex mu_;  // guards pushed_lo_, pushed_hi_
-  uint64_t pushed_lo_ = ~0ull, pushed_hi_ = 0;  // how far pushes ahead of a stream reached
 };
 
 }  // namespace h5d::vfs

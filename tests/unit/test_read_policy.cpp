@@ -161,3 +161,29 @@ TEST_CASE("read policy: a stream gets decoded units pushed up to 1 MiB ahead, ea
   }
   CHECK(next == 300 * kUnit);
 }
+
+TEST_CASE("read policy: two readers of one open file keep a stream each", "[vfs][policy]") {
+  // Two threads copying the two halves of one mapping: their faults interleave.
+  const uint64_t n = 400;
+  ReadPolicy p(frames(n), stream_cfg());
+  p.choose_readahead_kb(true, 1024);
+  PageCache cache;
+  uint64_t next[2] = {0, n / 2 * kUnit}, requests = 0, prefetched = 0, ahead = 0;
+  for (int step = 0; step < 2000; ++step) {
+    const int t = step % 2;
+    if (next[t] >= (t + 1) * n / 2 * kUnit) continue;
+    const uint64_t page = kHeader + next[t];
+    ++requests;
+    const ReadFollowUp f = p.after_read(page, 4096, all_decoded);
+    prefetched += f.prefetch.len;
+    ahead += f.ahead.len;
+    cache.add({page, 4096});
+    for (const ByteRange& r : {f.around[0], f.around[1], f.ahead}) cache.add(r);
+    while (next[t] < (t + 1) * n / 2 * kUnit && cache.pages.count(kHeader + next[t])) next[t] += 4096;
+  }
+  CHECK(next[0] == n / 2 * kUnit);
+  CHECK(next[1] == n * kUnit);
+  CHECK(prefetched >= n * kUnit / 2);  // both halves decoded ahead
+  CHECK(ahead > 0);
+  CHECK(requests < n / 2);              // push-ahead in both streams
+}

@@ -207,12 +207,13 @@ TEST_CASE("sequential prefetcher: doubles while sequential, resets on a seek", "
   SequentialPrefetcher::Config cfg{1000, 8000, 100, 150};
   SequentialPrefetcher p(cfg);
   const uint64_t size = 1000000;
-  CHECK(p.on_read(0, 100, size).len == 0);  // first read: nothing yet
-  auto r = p.on_read(100, 100, size);        // 200 bytes into the stream (>= after): one window ahead
-  CHECK(r.off == 200);
+  CHECK(p.on_read(0, 100, size).len == 0);    // first read: nothing yet
+  CHECK(p.on_read(100, 100, size).len == 0);  // two reads are not a stream yet
+  auto r = p.on_read(200, 100, size);          // three reads, 300 bytes (>= after): one window ahead
+  CHECK(r.off == 300);
   CHECK(r.len == 1000);
   CHECK(p.window() == 2000);
-  uint64_t off = 200, asked_until = 1200;
+  uint64_t off = 300, asked_until = 1300;
   uint64_t issued = 0;
   for (int i = 0; i < 200; ++i, off += 100) {
     auto x = p.on_read(off, 100, size);
@@ -227,11 +228,12 @@ TEST_CASE("sequential prefetcher: doubles while sequential, resets on a seek", "
   CHECK(p.window() == 8000);  // capped
   CHECK(issued < 80);        // once capped, one request per half window
   CHECK(asked_until > off);
-  CHECK(p.on_read(500000, 100, size).len == 0);  // a far seek resets
+  CHECK(p.on_read(500000, 100, size).len == 0);  // a far seek starts another stream
   CHECK(p.window() == 1000);
-  CHECK(p.on_read(500100, 100, size).len == 1000);  // the new stream is 200 bytes long
-  p.on_read(500150, 100, size);                     // slightly out of order: same stream
-  CHECK(p.window() >= 2000);                        // (a reset would have set it to 1000)
+  CHECK(p.on_read(500100, 100, size).len == 0);
+  CHECK(p.on_read(500200, 100, size).len == 1000);  // the new stream: three reads, 300 bytes
+  p.on_read(500250, 100, size);                     // slightly out of order: same stream
+  CHECK(p.window() >= 2000);                        // (a new stream would start at 1000)
   CHECK(p.on_read(size - 10, 10, size).len == 0);
 }
 
