@@ -427,6 +427,11 @@ MountOptions parse_command_line(const std::vector<std::string>& args) {
     } else if (a == "-d") {
       m.foreground = true;
       m.debug = true;
+    } else if (a == "--log-file") {
+      if (i + 1 >= args.size()) throw ConfigError("--log-file needs a file name");
+      opts.push_back("log=" + args[++i]);
+    } else if (a.rfind("--log-file=", 0) == 0) {
+      opts.push_back("log=" + a.substr(11));
     } else if (a == "-o") {
       if (i + 1 >= args.size()) throw ConfigError("-o needs an option list");
       for (auto& o : split_option_list(args[++i])) opts.push_back(o);
@@ -464,6 +469,7 @@ files under MOUNTPOINT, read-only unless -o writable.
 
   -f                   stay in the foreground until unmounted (fusermount3 -u MOUNTPOINT)
   -s                   one FUSE thread (max_threads=1)
+  --log-file FILE      the same as -o log=FILE
   -d                   foreground + debug
   -h, --help           this text
   -V, --version        the version

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <set>
@@ -92,11 +93,23 @@ class PlainDirProvider final : public DirProvider {
     DIR* d = ::opendir(path_.c_str());
     if (!d) fail(errno, "cannot list directory " + path_ + ": " + std::strerror(errno));
     std::vector<ChildEntry> out;
+    // A listing that takes long (thousands of files on a slow file system) says how far it got.
+    const auto t0 = std::chrono::steady_clock::now();
+    auto last = t0;
+    size_t seen = 0;
     try {
       const int dfd = ::dirfd(d);
       while (struct dirent* e = ::readdir(d)) {
         const std::string name = e->d_name;
         if (name == "." || name == "..") continue;
+        if (++seen % 64 == 0) {
+          const auto now = std::chrono::steady_clock::now();
+          if (now - last >= std::chrono::seconds(2)) {
+            log::info("listing " + path_ + ": " + std::to_string(seen) + " entries looked at, " +
+                      std::to_string(out.size()) + " shown so far");
+            last = now;
+          }
+        }
         std::string path = join(path_, name);
         auto left_out = [&](log::Level level, const std::string& why) {
           log::write(level, "left out " + path + ": " + why);

@@ -209,6 +209,9 @@ TEST_CASE("common FUSE options are accepted and mapped", "[config]") {
   CHECK(parse({"a", "b"}).vfs.umask == -1);
   CHECK(parse({"a", "b", "-o", "log=/tmp/x.log,nonempty"}).log_file == "/tmp/x.log");
   CHECK(parse({"a", "b", "-o", "nonempty"}).nonempty);
+  CHECK(parse({"a", "b", "--log-file", "/tmp/y.log"}).log_file == "/tmp/y.log");
+  CHECK(parse({"--log-file=/tmp/z.log", "a", "b"}).log_file == "/tmp/z.log");
+  CHECK(error_of({"a", "b", "--log-file"}).find("--log-file") != std::string::npos);
 }
 
 TEST_CASE("an unknown option gets the nearest known one suggested", "[config]") {
