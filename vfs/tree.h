@@ -86,8 +86,8 @@ using NodePtr = std::shared_ptr<Node>;
 class OpenFile {
  public:
   OpenFile() { live_.fetch_add(1, std::memory_order_relaxed); }
-  OpenFile(const OpenFile&) : OpenFile() {}
-  OpenFile& operator=(const OpenFile&) = default;
+  OpenFile(const OpenFile&) = delete;  // one per FUSE file handle; never copied
+  OpenFile& operator=(const OpenFile&) = delete;
   virtual ~OpenFile() { live_.fetch_sub(1, std::memory_order_relaxed); }
   // How many OpenFiles exist: the files open (or mapped: a mapping keeps its file open) through
   // the mount. Async-signal-safe (a lock-free atomic load).

@@ -230,7 +230,6 @@ TEST_CASE("--help is generated from the option table", "[config]") {
     const std::string head = "  -o " + o.name + (o.value.empty() ? "" : "=" + o.value) + "\n";
     CHECK(help.find(head) != std::string::npos);
     CHECK(help.find("[default: " + o.default_text + "]") != std::string::npos);
-    // every option in the table parses (a value from its own description where it takes one)
   }
   for (const auto& n : h5d::config::ignored_options()) CHECK_NOTHROW(parse({"a", "b", "-o", n}));
 }
