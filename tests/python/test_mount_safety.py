@@ -294,6 +294,28 @@ def test_signal_with_a_mapped_file_detaches_and_serves_it(srcdir, mntdir, sig):
         m.close()
 
 
+def test_second_signal_stops_at_once(srcdir, mntdir):
+    """After the lazy unmount, a second signal ends the daemon: open files then get ENOTCONN."""
+    m = tl.Mount(srcdir, mnt=mntdir)
+    fd = os.open(osp.join(mntdir, 'a.h5', 'x.raw'), os.O_RDONLY)
+    try:
+        m.proc.send_signal(signal.SIGTERM)
+        assert wait_for(lambda: not mounted(mntdir)), 'the mount was not detached'
+        assert os.pread(fd, 8, 4 * 1000) == np.arange(1000, 1002, dtype='<u4').tobytes()
+        assert m.proc.poll() is None
+        m.proc.send_signal(signal.SIGTERM)
+        assert m.proc.wait(20) == 0
+        with pytest.raises(OSError) as e:
+            os.pread(fd, 8, 4 * 50000)
+        assert e.value.errno == errno.ENOTCONN
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        m.close()
+
+
 # ---- logging --------------------------------------------------------------------------------------
 
 def test_log_file_when_daemonized(srcdir, mntdir):
