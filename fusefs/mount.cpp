@@ -266,6 +266,12 @@ std::string check_paths(config::MountOptions& m) {
              "choose an empty directory, or pass -o nonempty";
     }
   }
+  if (m.fuse.readahead_kb > 0 && ::geteuid() != 0) {
+    return "readahead_kb=" + std::to_string(m.fuse.readahead_kb) +
+           " needs root (the daemon writes /sys/class/bdi/MAJ:MIN/read_ahead_kb): leave it out; root "
+           "can raise it after mounting: echo N > /sys/class/bdi/$(mountpoint -d " + m.mountpoint +
+           ")/read_ahead_kb";
+  }
   if (!m.log_file.empty()) {
     g_log_file = std::fopen(m.log_file.c_str(), "ae");
     if (!g_log_file) return "log file " + m.log_file + ": " + std::strerror(errno);

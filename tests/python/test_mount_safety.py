@@ -392,6 +392,20 @@ def test_unreadable_entries_logged_and_unreadable_source_refused(srcdir, mntdir)
     assert not osp.ismount(mntdir)
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which('setpriv'), reason='needs root and setpriv')
+def test_root_only_option_refused_for_a_user(srcdir, mntdir):
+    """readahead_kb=N writes sysfs, which only root may: a user's mount refuses it up front (it
+    used to mount and only warn in the log)."""
+    for d in (srcdir, mntdir):
+        os.chmod(d, 0o755)
+    os.chmod(osp.join(srcdir, 'a.h5'), 0o644)
+    user = ['setpriv', '--reuid', '65534', '--regid', '65534', '--clear-groups']
+    r = subprocess.run(user + [tl.BIN, srcdir, mntdir, '-o', 'readahead_kb=1024'],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode != 0 and 'readahead_kb=1024 needs root' in r.stderr, r.stderr
+    assert not mounted(mntdir)
+
+
 def test_errors_counts_every_error_reply_by_class(srcdir, mount):
     """stats.json errors (always 0 before) counts every error reply, in total and by class."""
     tl.write_corrupt_chunk_file(osp.join(srcdir, 'bad.h5'))
