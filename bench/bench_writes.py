@@ -132,7 +132,7 @@ def make_h5py(path, rows, compressed):
 def run_mount(binary, tmp, rows, procs, compressed, how='writer_mount'):
     src = tempfile.mkdtemp(dir=tmp, prefix='src-')
     mnt = tempfile.mkdtemp(dir=tmp, prefix='mnt-')
-    d = subprocess.Popen([binary, src, mnt, '-f', '-o', 'rw'], stdout=subprocess.DEVNULL,
+    d = subprocess.Popen([binary, src, mnt, '-f', '-o', 'writable'], stdout=subprocess.DEVNULL,
                          stderr=subprocess.STDOUT)
     try:
         while not osp.ismount(mnt):

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
+#include <functional>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -14,12 +16,17 @@ namespace {
 
 using nlohmann::json;
 
-// mount(8) and fstab options that mean nothing for a read-only FUSE filesystem.
-const std::set<std::string> kIgnored = {
-    "ro", "dev", "nodev", "suid", "nosuid", "exec", "noexec", "nofail", "_netdev", "auto",
+// mount(8) and fstab options that mean nothing here. `rw` is among them: mount(8) passes it on
+// every mount, so it must never make a mount writable (that takes -o writable).
+const std::vector<std::string> kIgnored = {
+    "ro", "rw", "dev", "nodev", "suid", "nosuid", "exec", "noexec", "nofail", "_netdev", "auto",
     "noauto", "user", "users", "nouser", "owner", "group", "defaults", "atime", "noatime",
     "relatime", "norelatime", "strictatime", "nostrictatime", "diratime", "nodiratime",
-    "lazytime", "nolazytime", "async", "silent", "loud", "default_permissions"};
+    "lazytime", "nolazytime", "async", "sync", "silent", "loud", "default_permissions"};
+
+bool is_ignored(const std::string& key) {
+  return std::find(kIgnored.begin(), kIgnored.end(), key) != kIgnored.end();
+}
 
 std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t");
@@ -94,92 +101,224 @@ std::vector<std::string> split_option_list(const std::string& s) {
   return nonempty;
 }
 
+namespace {
+
+// One option as written: key, value (if any) and where it came from.
+struct Arg {
+  MountOptions& m;
+  const std::string& key;
+  const std::string& v;
+  bool has_value;
+
+  void need_value() const {
+    if (!has_value || v.empty()) throw ConfigError("option " + key + " needs a value (" + key + "=...)");
+  }
+  void no_value() const {
+    if (has_value) throw ConfigError("option " + key + " takes no value");
+  }
+  uint64_t uint(uint64_t lo, uint64_t hi) const {
+    need_value();
+    return parse_uint(key, v, lo, hi);
+  }
+  uint64_t size(uint64_t lo, uint64_t hi, const std::string& lo_text) const {
+    need_value();
+    uint64_t n;
+    try {
+      n = parse_size(v);
+    } catch (const ConfigError& e) {
+      throw ConfigError("option " + key + ": " + e.what());
+    }
+    if (n < lo || n > hi) {
+      throw ConfigError("option " + key + ": " + v + " is out of range (at least " + lo_text +
+                        ", at most " + std::to_string(hi >> 30) + "G)");
+    }
+    return n;
+  }
+  bool flag() const { return has_value ? parse_bool(key, v) : true; }
+  double seconds() const {
+    need_value();
+    char* end = nullptr;
+    const double d = std::strtod(v.c_str(), &end);
+    if (end == v.c_str() || *end != '\0' || !(d >= 0) || d > 315360000.0 || v[0] == '-') {
+      throw ConfigError("option " + key + ": '" + v + "' is not a number of seconds in [0, 315360000]");
+    }
+    return d;
+  }
+  // The index of the value among `choices` ("a|b|c").
+  size_t choice(const std::string& choices) const {
+    need_value();
+    std::vector<std::string> c;
+    std::stringstream ss(choices);
+    for (std::string x; std::getline(ss, x, '|');) c.push_back(x);
+    for (size_t i = 0; i < c.size(); ++i) {
+      if (c[i] == v) return i;
+    }
+    std::string list;
+    for (size_t i = 0; i < c.size(); ++i) list += (i ? (i + 1 == c.size() ? " or " : ", ") : "") + c[i];
+    throw ConfigError("option " + key + ": '" + v + "' is not one of " + list);
+  }
+};
+
+struct Option {
+  OptionInfo info;
+  std::function<void(const Arg&)> apply;
+};
+
+// The option table: parsing, --help and docs/usage.md's table all come from here.
+const std::vector<Option>& options() {
+  static const std::vector<Option> table = {
+      {{"threads", "N", "the number of cores", "decode threads (1-1024)"},
+       [](const Arg& a) { a.m.engine.threads = static_cast<unsigned>(a.uint(1, 1024)); }},
+      {{"cache_size", "SIZE", "1/8 of RAM, at most 4G", "decoded-chunk cache: 512M, 4G, 1.5GiB, bytes; 0 = the default"},
+       [](const Arg& a) { a.m.engine.cache_bytes = a.size(0, 1ull << 40, "0"); }},
+      {{"max_open_files", "N", "128", "file descriptors kept open (1-1048576)"},
+       [](const Arg& a) { a.m.engine.max_open_files = static_cast<unsigned>(a.uint(1, 1u << 20)); }},
+      {{"vds_missing", "error|fill", "error", "a read touching a missing VDS source: EIO, or the fill value"},
+       [](const Arg& a) { a.m.engine.vds_missing_fill = a.choice("error|fill") == 1; }},
+      {{"prefetch_max", "SIZE", "64M", "largest sequential prefetch window per open file (1152K-64G; there is no 0)"},
+       [](const Arg& a) { a.m.vfs.prefetch_max = a.size(a.m.vfs.prefetch_initial, 64ull << 30, "1152K, the first window"); }},
+      {{"prefetch_after", "SIZE", "4M", "prefetch once a read stream has gone this far (0: from its second read)"},
+       [](const Arg& a) { a.m.vfs.prefetch_after = a.size(0, 1ull << 40, "0"); }},
+      {{"push", "0|1", "1", "push the rest of partly read compressed chunks into the page cache"},
+       [](const Arg& a) { a.m.fuse.push = a.flag(); }},
+      {{"readahead_kb", "N", "1024 as root, else the kernel's", "kernel read-ahead of the mount in KiB (root only: refused for a user; 0: the kernel's 128)"},
+       [](const Arg& a) { a.m.fuse.readahead_kb = static_cast<int>(a.uint(0, 1u << 20)); }},
+      {{"run_view", "auto|off|per_file", "auto", "the EuXFEL run view"},
+       [](const Arg& a) {
+         static const vfs::RunViewMode modes[] = {vfs::RunViewMode::Auto, vfs::RunViewMode::Off,
+                                                  vfs::RunViewMode::PerFile};
+         a.m.vfs.run_view = modes[a.choice("auto|off|per_file")];
+       }},
+      {{"debug", "", "off", "log which path served each read"},
+       [](const Arg& a) { a.m.debug = a.flag(); }},
+      {{"log", "FILE", "syslog when daemonized, else stderr", "append the log to FILE once the mount exists"},
+       [](const Arg& a) {
+         a.need_value();
+         a.m.log_file = a.v;
+       }},
+      {{"writable", "", "off", "a writable mount (SOURCE a directory); rw does not make one"},
+       [](const Arg& a) { a.m.vfs.writable = a.flag(); }},
+      {{"write_compression", "none|gzip|blosc|lz4|zstd", "none", "writable: how new datasets are stored"},
+       [](const Arg& a) {
+         const size_t i = a.choice("none|gzip|blosc|lz4|zstd|deflate");
+         a.m.writer.compression = i == 0 ? "" : i == 5 ? "gzip" : a.v;
+       }},
+      {{"write_level", "N", "gzip 4, blosc 5, zstd 3", "writable: the level of write_compression (gzip, blosc 0-9; zstd 1-22)"},
+       [](const Arg& a) { a.m.writer.level = static_cast<int>(a.uint(0, 22)); }},
+      {{"write_existing", "", "off", "writable: in-place writes to contiguous uncompressed datasets"},
+       [](const Arg& a) { a.m.writer.write_existing = a.flag(); }},
+      {{"nonempty", "", "off", "allow a non-empty directory or a mount point as MOUNTPOINT"},
+       [](const Arg& a) { a.m.nonempty = a.flag(); }},
+      {{"allow_other", "", "off", "let other users in (non-root: user_allow_other in /etc/fuse.conf)"},
+       [](const Arg& a) { a.m.fuse.allow_other = a.flag(); }},
+      {{"allow_root", "", "off", "let root in"},
+       [](const Arg& a) { a.m.fuse.allow_root = a.flag(); }},
+      {{"auto_unmount", "", "off", "unmount when the daemon dies"},
+       [](const Arg& a) { a.m.fuse.auto_unmount = a.flag(); }},
+      {{"fsname", "NAME", "the source path", "the device name shown in /proc/mounts"},
+       [](const Arg& a) {
+         a.need_value();
+         a.m.fuse.fsname = a.v;
+       }},
+      {{"subtype", "NAME", "h5direct", "the type shown in /proc/mounts (fuse.NAME)"},
+       [](const Arg& a) {
+         a.need_value();
+         a.m.fuse.subtype = a.v;
+       }},
+      {{"max_threads", "N", "64", "FUSE request threads (1-1024; -s: 1)"},
+       [](const Arg& a) { a.m.fuse.max_threads = static_cast<unsigned>(a.uint(1, 1024)); }},
+      {{"max_idle_threads", "N", "max_threads", "idle FUSE threads kept (1-1024, at most max_threads)"},
+       [](const Arg& a) { a.m.fuse.max_idle_threads = static_cast<unsigned>(a.uint(1, 1024)); }},
+      {{"uid", "N", "the source's", "the owner shown for every entry"},
+       [](const Arg& a) { a.m.vfs.show_uid = static_cast<int64_t>(a.uint(0, 4294967294u)); }},
+      {{"gid", "N", "the source's", "the group shown for every entry"},
+       [](const Arg& a) { a.m.vfs.show_gid = static_cast<int64_t>(a.uint(0, 4294967294u)); }},
+      {{"umask", "OCTAL", "none: the source's modes", "mode shown: 0777 (dirs), 0666 (files) minus umask, minus write bits"},
+       [](const Arg& a) {
+         a.need_value();
+         if (a.v.size() > 4 || a.v.find_first_not_of("01234567") != std::string::npos) {
+           throw ConfigError("option umask: '" + a.v + "' is not an octal mode in [0, 0777]");
+         }
+         const int u = std::stoi(a.v, nullptr, 8);
+         if (u > 0777) throw ConfigError("option umask: '" + a.v + "' is not an octal mode in [0, 0777]");
+         a.m.vfs.umask = u;
+       }},
+      {{"attr_timeout", "SECONDS", "86400", "how long the kernel caches attributes (0: asks every time)"},
+       [](const Arg& a) { a.m.fuse.attr_timeout = a.seconds(); }},
+      {{"entry_timeout", "SECONDS", "86400", "how long the kernel caches names (0: looks up every time)"},
+       [](const Arg& a) { a.m.fuse.entry_timeout = a.seconds(); }},
+      {{"kernel_cache", "", "always on", "file contents stay in the page cache across opens (accepted, always so)"},
+       [](const Arg& a) { a.no_value(); }},
+      {{"config", "FILE", "none", "a JSON object with these keys; -o options override it"},
+       [](const Arg& a) {
+         a.need_value();
+         a.m.config_file = a.v;
+       }},
+  };
+  return table;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+}  // namespace
+
+const std::vector<OptionInfo>& option_table() {
+  static const std::vector<OptionInfo> t = [] {
+    std::vector<OptionInfo> out;
+    for (const auto& o : options()) out.push_back(o.info);
+    return out;
+  }();
+  return t;
+}
+
+const std::vector<std::string>& ignored_options() { return kIgnored; }
+
+std::string nearest_option(const std::string& key) {
+  std::string best;
+  size_t best_d = std::string::npos;
+  auto consider = [&](const std::string& name) {
+    const size_t d = edit_distance(key, name);
+    if (d < best_d) {
+      best_d = d;
+      best = name;
+    }
+  };
+  for (const auto& o : options()) consider(o.info.name);
+  for (const auto& n : kIgnored) consider(n);
+  return best_d <= std::max<size_t>(2, key.size() / 3) ? best : "";
+}
+
 void apply_option(MountOptions& m, const std::string& item, const std::string& origin) {
   const auto eq = item.find('=');
   const std::string key = item.substr(0, eq);
   const bool has_value = eq != std::string::npos;
   const std::string v = has_value ? item.substr(eq + 1) : "";
-  auto need_value = [&] {
-    if (!has_value || v.empty()) throw ConfigError(origin + ": option " + key + " needs a value (" + key + "=...)");
-  };
-  auto size_value = [&] {
-    try {
-      return parse_size(v);
-    } catch (const ConfigError& e) {
-      throw ConfigError("option " + key + ": " + e.what());
-    }
-  };
-  auto flag = [&](bool& target) { target = has_value ? parse_bool(key, v) : true; };
   try {
-    if (key == "rw") {
-      m.vfs.writable = has_value ? parse_bool(key, v) : true;
-    } else if (key == "ro") {
-      m.vfs.writable = false;
-    } else if (key == "write_compression") {
-      need_value();
-      if (v != "none" && v != "gzip" && v != "deflate" && v != "blosc" && v != "lz4" && v != "zstd") {
-        throw ConfigError("option write_compression: '" + v + "' is not one of none, gzip, blosc, lz4, zstd");
-      }
-      m.writer.compression = v == "none" ? "" : v;
-    } else if (key == "write_level") {
-      need_value();
-      m.writer.level = static_cast<int>(parse_uint(key, v, 0, 22));
-    } else if (key == "write_existing") {
-      flag(m.writer.write_existing);
-    } else if (kIgnored.count(key) || key.rfind("x-", 0) == 0 || key == "comment") {
+    if (key == "config" && origin != "-o") throw ConfigError("option config cannot be used inside a config file");
+    const auto& t = options();
+    const auto it = std::find_if(t.begin(), t.end(), [&](const Option& o) { return o.info.name == key; });
+    if (it != t.end()) {
+      it->apply(Arg{m, key, v, has_value});
+    } else if (is_ignored(key) || key.rfind("x-", 0) == 0 || key == "comment") {
       // accepted and ignored (mount(8)/fstab conventions; default_permissions is always on)
-    } else if (key == "threads") {
-      need_value();
-      m.engine.threads = static_cast<unsigned>(parse_uint(key, v, 1, 1024));
-    } else if (key == "cache_size") {
-      need_value();
-      m.engine.cache_bytes = size_value();
-    } else if (key == "max_open_files") {
-      need_value();
-      m.engine.max_open_files = static_cast<unsigned>(parse_uint(key, v, 1, 1u << 20));
-    } else if (key == "vds_missing") {
-      need_value();
-      if (v == "error") m.engine.vds_missing_fill = false;
-      else if (v == "fill") m.engine.vds_missing_fill = true;
-      else throw ConfigError("option vds_missing: '" + v + "' is not one of error, fill");
-    } else if (key == "prefetch_max") {
-      need_value();
-      m.vfs.prefetch_max = size_value();
-    } else if (key == "push") {
-      flag(m.fuse.push);
-    } else if (key == "prefetch_after") {
-      need_value();
-      m.vfs.prefetch_after = size_value();
-    } else if (key == "run_view") {
-      need_value();
-      if (v == "auto") m.vfs.run_view = vfs::RunViewMode::Auto;
-      else if (v == "off") m.vfs.run_view = vfs::RunViewMode::Off;
-      else if (v == "per_file") m.vfs.run_view = vfs::RunViewMode::PerFile;
-      else throw ConfigError("option run_view: '" + v + "' is not one of auto, off, per_file");
-    } else if (key == "debug") {
-      flag(m.debug);
-    } else if (key == "allow_other") {
-      flag(m.fuse.allow_other);
-    } else if (key == "allow_root") {
-      flag(m.fuse.allow_root);
-    } else if (key == "auto_unmount") {
-      flag(m.fuse.auto_unmount);
-    } else if (key == "fsname") {
-      need_value();
-      m.fuse.fsname = v;
-    } else if (key == "subtype") {
-      need_value();
-      m.fuse.subtype = v;
-    } else if (key == "readahead_kb") {
-      need_value();
-      m.fuse.readahead_kb = static_cast<int>(parse_uint(key, v, 0, 1u << 20));
-    } else if (key == "config") {
-      need_value();
-      if (origin != "-o") throw ConfigError("option config cannot be used inside a config file");
-      m.config_file = v;
     } else {
-      throw ConfigError("unknown option '" + key + "' (see mount.h5direct --help)");
+      const std::string near = nearest_option(key);
+      throw ConfigError("unknown option '" + key + "'" +
+                        (near.empty() ? "" : " (did you mean '" + near + "'?)") +
+                        "; see --help for the options");
     }
+    m.given.insert(key);
   } catch (const ConfigError& e) {
     const std::string msg = e.what();
     if (msg.rfind(origin, 0) == 0) throw;
@@ -187,8 +326,45 @@ void apply_option(MountOptions& m, const std::string& item, const std::string& o
   } catch (const std::exception& e) {
     throw ConfigError(origin + ": option " + key + ": " + e.what());
   }
+}
+
+void check_options(const MountOptions& m) {
+  auto given = [&](const char* k) { return m.given.count(k) > 0; };
   if (m.fuse.allow_other && m.fuse.allow_root) {
-    throw ConfigError(origin + ": allow_other and allow_root cannot be used together");
+    throw ConfigError("allow_other and allow_root cannot be used together");
+  }
+  if (m.vfs.writable && given("ro")) {
+    throw ConfigError("ro and writable contradict each other: drop one (rw is what mount(8) adds; "
+                      "only writable makes a mount writable)");
+  }
+  if (!m.vfs.writable) {
+    for (const char* k : {"write_compression", "write_level", "write_existing"}) {
+      if (given(k)) throw ConfigError(std::string("option ") + k + " applies only to writable mounts (-o writable)");
+    }
+  }
+  if (given("write_level")) {
+    const std::string& c = m.writer.compression;
+    int lo = 0, hi = 9;
+    if (c.empty()) {
+      throw ConfigError("option write_level needs write_compression (gzip, blosc or zstd): the level is that compressor's");
+    } else if (c == "lz4") {
+      throw ConfigError("option write_level: lz4 has no level");
+    } else if (c == "zstd") {
+      lo = 1;
+      hi = 22;
+    }
+    if (m.writer.level < lo || m.writer.level > hi) {
+      throw ConfigError("option write_level: " + std::to_string(m.writer.level) + " is out of range for " + c +
+                        " [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+  }
+  if (given("-s") && given("max_threads") && m.fuse.max_threads > 1) {
+    throw ConfigError("-s (one thread) and max_threads=" + std::to_string(m.fuse.max_threads) +
+                      " contradict each other");
+  }
+  if (given("max_idle_threads") && m.fuse.max_idle_threads > m.fuse.max_threads) {
+    throw ConfigError("max_idle_threads=" + std::to_string(m.fuse.max_idle_threads) +
+                      " is more than max_threads=" + std::to_string(m.fuse.max_threads));
   }
 }
 
@@ -198,7 +374,7 @@ void apply_config_json(MountOptions& m, const json& j, const std::string& origin
     std::string item;
     if (val.is_boolean()) {
       item = key + "=" + (val.get<bool>() ? "true" : "false");
-      if (kIgnored.count(key)) item = val.get<bool>() ? key : "";
+      if (is_ignored(key) || key == "kernel_cache") item = val.get<bool>() ? key : "";
     } else if (val.is_number_unsigned()) {
       item = key + "=" + std::to_string(val.get<uint64_t>());
     } else if (val.is_number_integer() && val.get<int64_t>() >= 0) {
@@ -245,16 +421,24 @@ MountOptions parse_command_line(const std::vector<std::string>& args) {
       m.version = true;
     } else if (a == "-f") {
       m.foreground = true;
+    } else if (a == "-s") {
+      m.fuse.max_threads = 1;  // libfuse's -s: one thread serves every request
+      m.given.insert("-s");
     } else if (a == "-d") {
       m.foreground = true;
       m.debug = true;
+    } else if (a == "--log-file") {
+      if (i + 1 >= args.size()) throw ConfigError("--log-file needs a file name");
+      opts.push_back("log=" + args[++i]);
+    } else if (a.rfind("--log-file=", 0) == 0) {
+      opts.push_back("log=" + a.substr(11));
     } else if (a == "-o") {
       if (i + 1 >= args.size()) throw ConfigError("-o needs an option list");
       for (auto& o : split_option_list(args[++i])) opts.push_back(o);
     } else if (a.rfind("-o", 0) == 0) {
       for (auto& o : split_option_list(a.substr(2))) opts.push_back(o);
     } else {
-      throw ConfigError("unknown argument '" + a + "' (see mount.h5direct --help)");
+      throw ConfigError("unknown argument '" + a + "' (see --help)");
     }
   }
   if (m.help || m.version) return m;
@@ -272,43 +456,34 @@ MountOptions parse_command_line(const std::vector<std::string>& args) {
   for (const auto& o : opts) {
     if (!(o.rfind("config=", 0) == 0 || o == "config")) apply_option(m, o);
   }
+  if (!m.given.count("max_idle_threads")) m.fuse.max_idle_threads = m.fuse.max_threads;
+  check_options(m);
   return m;
 }
 
 std::string usage_text(const std::string& program) {
-  return "usage: " + program + " SOURCE MOUNTPOINT [-f] [-o opt[,opt...]]\n"
+  std::string out = "usage: " + program + " SOURCE MOUNTPOINT [-f] [-s] [-d] [-o opt[,opt...]]\n" +
 R"(
 Shows the HDF5 datasets under SOURCE (an HDF5 file or a directory) as .npy, .raw and .json
-files under MOUNTPOINT (read-only unless -o rw).
+files under MOUNTPOINT, read-only unless -o writable.
 
   -f                   stay in the foreground until unmounted (fusermount3 -u MOUNTPOINT)
+  -s                   one FUSE thread (max_threads=1)
+  --log-file FILE      the same as -o log=FILE
   -d                   foreground + debug
   -h, --help           this text
   -V, --version        the version
-  -o threads=N         decode threads (default: number of cores)
-  -o cache_size=SIZE   decoded-chunk cache (e.g. 512M, 4G; default 1/8 of RAM, at most 4G)
-  -o max_open_files=N  file descriptors kept open (default 128)
-  -o vds_missing=error|fill  reads touching a missing VDS source fail with EIO (default) or
-                       read as the fill value
-  -o prefetch_max=SIZE largest sequential prefetch window per open file (default 64M)
-  -o push=0|1          push the rest of partly read compressed chunks into the page cache
-                       (default 1)
-  -o prefetch_after=SIZE
-                       prefetch only once a read stream has gone this far (default 4M)
-  -o readahead_kb=N    kernel read-ahead for this mount in KiB (root only; default 1024 as
-                       root, 0 keeps the kernel's 128)
-  -o run_view=auto|off|per_file  EuXFEL run view (default auto)
-  -o debug             log which path served each read
-  -o allow_other, allow_root, auto_unmount, fsname=NAME, subtype=NAME
-  -o config=FILE       a JSON object with the same keys; -o options override it
-  -o rw                writable mount (SOURCE a directory): mkdir NAME.h5 makes a new HDF5 file,
-                       NAME.npy (a .npy header) or NAME.json (a spec) in it a new dataset
-  -o write_compression=none|gzip|blosc|lz4|zstd  default for new datasets (default none:
-                       contiguous, written with pwrite); write_level=N its level
-  -o write_existing    rw: allow in-place writes to existing uncompressed contiguous datasets
-  -o ro, dev, suid, nofail, _netdev, ...  accepted (ro is the default) and ignored
-default_permissions is always on: the source files' owners and modes decide who may read.
+Options (-o NAME=VALUE, or "NAME": VALUE in a config file):
 )";
+  for (const auto& o : option_table()) {
+    std::string head = "  -o " + o.name + (o.value.empty() ? "" : "=" + o.value);
+    out += head + "\n        " + o.help + " [default: " + o.default_text + "]\n";
+  }
+  out += "Accepted and ignored (mount(8), fstab): ";
+  for (size_t i = 0; i < kIgnored.size(); ++i) out += (i ? ", " : "") + kIgnored[i];
+  out += ", x-*, comment\n";
+  out += "default_permissions is always on: the source files' owners and modes decide who may read.\n";
+  return out;
 }
 
 }  // namespace h5d::config

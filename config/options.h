@@ -4,6 +4,7 @@
 // for the user; nothing here exits or prints.
 #pragma once
 #include <cstdint>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -30,13 +31,28 @@ struct MountOptions {
   bool version = false;     // -V, --version
   bool debug = false;       // -o debug: log which path served each read
   std::string config_file;  // -o config=FILE (already applied)
+  std::string log_file;     // -o log=FILE: the log once the mount exists (else syslog/stderr)
+  bool nonempty = false;    // -o nonempty: a non-empty directory or a mount point may be mounted on
   EngineOptions engine;
-  WriterOptions writer;     // -o write_compression=, write_level=, write_existing (with rw)
-  vfs::VfsOptions vfs;      // vfs.writable: -o rw
+  WriterOptions writer;     // -o write_compression=, write_level=, write_existing (with writable)
+  vfs::VfsOptions vfs;      // vfs.writable: -o writable (never the generic rw of mount(8))
   fusefs::FuseOptions fuse;
+  std::set<std::string> given;  // the names of the options set (checks that depend on others)
 };
 
-// Parses the arguments after the program name. Options may come before, between or after the
+// One row of the option table: the one place that knows an option's name, value, default and
+// meaning. --help is generated from it, and tests compare docs/usage.md with it.
+struct OptionInfo {
+  std::string name;         // "threads"
+  std::string value;        // "N", "SIZE", "error|fill"; empty for a flag
+  std::string default_text; // "128", "off", "the number of cores"
+  std::string help;         // one line
+};
+const std::vector<OptionInfo>& option_table();
+// mount(8) and fstab options accepted and ignored (ro and rw among them: neither changes anything).
+const std::vector<std::string>& ignored_options();
+
+// Parses the arguments after the program name and checks the result (check_options). Options may come before, between or after the
 // two positional arguments; -o lists may repeat. The config file (if any) is applied first, then
 // the -o options, so the command line wins.
 MountOptions parse_command_line(const std::vector<std::string>& args);
@@ -46,6 +62,12 @@ void apply_option(MountOptions& m, const std::string& item, const std::string& o
 // A JSON object with the same keys as -o (values: strings, numbers or booleans).
 void apply_config_json(MountOptions& m, const nlohmann::json& j, const std::string& origin);
 void apply_config_file(MountOptions& m, const std::string& path);
+// The checks that depend on several options: contradictions (ro with writable, -s with
+// max_threads), options that do not apply (write_* without writable), levels out of the range of
+// the chosen compressor. Throws ConfigError.
+void check_options(const MountOptions& m);
+// The known option nearest to `key` (edit distance), or "" when none is close.
+std::string nearest_option(const std::string& key);
 
 // "512M", "4G", "1.5GiB", "65536" -> bytes (binary units).
 uint64_t parse_size(const std::string& s);

@@ -353,7 +353,11 @@ void op_statfs(fuse_req_t req, fuse_ino_t ino) {
 }
 
 // Everything that would change the tree: read-only (on rw mounts: what cannot change, EPERM).
-void erofs(fuse_req_t req) { fuse_reply_err(req, fs(req).writable() ? EPERM : EROFS); }
+void erofs(fuse_req_t req) {
+  const int err = fs(req).writable() ? EPERM : EROFS;
+  fs(req).note_error(err);  // every error reply is counted (stats.json errors)
+  fuse_reply_err(req, err);
+}
 void op_mknod(fuse_req_t req, fuse_ino_t, const char*, mode_t, dev_t) { erofs(req); }
 void op_unlink(fuse_req_t req, fuse_ino_t, const char*) { erofs(req); }
 void op_symlink(fuse_req_t req, const char*, fuse_ino_t, const char*) { erofs(req); }

@@ -1,8 +1,13 @@
 #include "fusefs/mount.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <spawn.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -12,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -50,16 +56,48 @@ std::string escape_opt(const std::string& s) {
   return out;
 }
 
-// "maj:min" of the filesystem mounted at `mnt`, from /proc/self/mountinfo (stat() on the mount
-// would send a request to ourselves before the loop runs).
-std::string mount_device(const std::string& mnt) {
+struct MountEntry {
+  std::string majmin, point, type, source;
+};
+
+// mountinfo's octal escapes (\040 for a space, ...) decoded.
+std::string unescape_mountinfo(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size() && std::isdigit(static_cast<unsigned char>(s[i + 1]))) {
+      out += static_cast<char>(std::stoi(s.substr(i + 1, 3), nullptr, 8));
+      i += 3;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+// The mounts of this process's namespace, from /proc/self/mountinfo (stat() on a mount point
+// would send a request to ourselves, or hang on a dead mount), oldest first.
+std::vector<MountEntry> mounts() {
   std::ifstream in("/proc/self/mountinfo");
-  std::string line, dev;
-  while (std::getline(in, line)) {
+  std::vector<MountEntry> out;
+  for (std::string line; std::getline(in, line);) {
     std::istringstream ls(line);
-    std::string id, parent, majmin, root, point;
-    ls >> id >> parent >> majmin >> root >> point;
-    if (point == mnt) dev = majmin;  // the last one is the top of the stack
+    std::string id, parent, root, opts, f;
+    MountEntry e;
+    ls >> id >> parent >> e.majmin >> root >> e.point >> opts;
+    while (ls >> f && f != "-") {}  // optional fields end with "-"
+    ls >> e.type >> e.source;
+    e.point = unescape_mountinfo(e.point);
+    e.source = unescape_mountinfo(e.source);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+// "maj:min" of the filesystem mounted at `mnt` (the top of the stack), or "".
+std::string mount_device(const std::string& mnt) {
+  std::string dev;
+  for (const auto& e : mounts()) {
+    if (e.point == mnt) dev = e.majmin;
   }
   return dev;
 }
@@ -121,6 +159,47 @@ void syslog_sink(log::Level level, const std::string& msg) {
   ::syslog(prio, "%s", msg.c_str());
 }
 
+// The log once the mount exists: -o log=FILE (opened before daemonizing, so a bad path fails in
+// the caller's terminal), else syslog when daemonized.
+FILE* g_log_file = nullptr;
+
+void file_sink(log::Level level, const std::string& msg) {
+  const char* name = level == log::Level::Debug  ? "debug"
+                     : level == log::Level::Info ? "info"
+                     : level == log::Level::Warn ? "warning"
+                                                 : "error";
+  char when[32];
+  const std::time_t t = std::time(nullptr);
+  struct tm tm;
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+  std::fprintf(g_log_file, "%s h5direct[%d]: %s: %s\n", when, int(::getpid()), name, msg.c_str());
+  std::fflush(g_log_file);
+}
+
+bool have_syslog() {
+  struct stat st;
+  return ::stat("/dev/log", &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+bool dir_is_empty(const std::string& path) {
+  DIR* d = ::opendir(path.c_str());
+  if (!d) return true;  // cannot tell: the mount itself will say
+  bool empty = true;
+  while (struct dirent* e = ::readdir(d)) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
+      empty = false;
+      break;
+    }
+  }
+  ::closedir(d);
+  return empty;
+}
+
+std::string dead_mount(const std::string& mnt) {
+  return "mount point " + mnt + " is a dead mount (its daemon is gone): detach it with "
+         "'fusermount3 -u -z " + mnt + "', then mount again";
+}
+
 // Checks made before mounting, so that a bad command line fails with a message and a non-zero
 // status in the caller's terminal (never after daemonizing).
 std::string check_paths(config::MountOptions& m) {
@@ -132,16 +211,22 @@ std::string check_paths(config::MountOptions& m) {
   if (!S_ISDIR(st.st_mode)) {
     if (!S_ISREG(st.st_mode)) return "source " + m.source + " is neither a file nor a directory";
     if (m.vfs.writable) {
-      return "-o rw needs a directory as SOURCE (new HDF5 files are created in it): " + m.source;
+      return "-o writable needs a directory as SOURCE (new HDF5 files are created in it): " + m.source;
     }
     if (::access(m.source.c_str(), R_OK) != 0) return "source " + m.source + ": " + std::strerror(errno);
     if (!vfs::is_hdf5_file(m.source)) {
       return "source " + m.source + " is not an HDF5 file (no HDF5 signature) nor a directory";
     }
+  } else if (DIR* d = ::opendir(m.source.c_str())) {
+    ::closedir(d);
+  } else {
+    return "source directory " + m.source + " cannot be listed by the daemon (uid " +
+           std::to_string(::geteuid()) + "): " + std::strerror(errno);
   }
   if (!::realpath(m.source.c_str(), buf)) return "source " + m.source + ": " + std::strerror(errno);
   m.source = buf;
   if (::stat(m.mountpoint.c_str(), &st) != 0) {
+    if (errno == ENOTCONN) return dead_mount(m.mountpoint);
     return "mount point " + m.mountpoint + ": " + std::strerror(errno);
   }
   if (!S_ISDIR(st.st_mode)) return "mount point " + m.mountpoint + " is not a directory";
@@ -149,7 +234,125 @@ std::string check_paths(config::MountOptions& m) {
     return "mount point " + m.mountpoint + ": " + std::strerror(errno);
   }
   m.mountpoint = buf;
+  if (m.mountpoint == m.source) {
+    return "the mount point " + m.mountpoint + " is the source: choose a mount point outside it";
+  }
+  if (vfs::is_under(m.mountpoint, m.source)) {
+    return "the mount point " + m.mountpoint + " lies inside the source " + m.source +
+           " (the daemon would read its own mount): choose a mount point outside it";
+  }
+  if (vfs::is_under(m.source, m.mountpoint)) {
+    return "the source " + m.source + " lies under the mount point " + m.mountpoint +
+           " (the mount would hide it from the daemon): choose another mount point";
+  }
+  for (const auto& e : mounts()) {
+    // A dead FUSE mount may still answer stat() from the kernel's cache; statfs always asks.
+    struct statfs sfs;
+    if (e.point == m.mountpoint && e.type.rfind("fuse", 0) == 0 &&
+        ::statfs(m.mountpoint.c_str(), &sfs) != 0 && errno == ENOTCONN) {
+      return dead_mount(m.mountpoint);
+    }
+  }
+  if (!m.nonempty) {
+    for (const auto& e : mounts()) {
+      if (e.point == m.mountpoint) {
+        return m.mountpoint + " is already a mount point (" + e.type + " " + e.source +
+               "): unmount it first (fusermount3 -u " + m.mountpoint +
+               "), or pass -o nonempty to mount over it";
+      }
+    }
+    if (!dir_is_empty(m.mountpoint)) {
+      return "mount point " + m.mountpoint + " is not empty (the mount would hide its files): "
+             "choose an empty directory, or pass -o nonempty";
+    }
+  }
+  if (m.fuse.readahead_kb > 0 && ::geteuid() != 0) {
+    return "readahead_kb=" + std::to_string(m.fuse.readahead_kb) +
+           " needs root (the daemon writes /sys/class/bdi/MAJ:MIN/read_ahead_kb): leave it out; root "
+           "can raise it after mounting: echo N > /sys/class/bdi/$(mountpoint -d " + m.mountpoint +
+           ")/read_ahead_kb";
+  }
+  if (!m.log_file.empty()) {
+    g_log_file = std::fopen(m.log_file.c_str(), "ae");
+    if (!g_log_file) return "log file " + m.log_file + ": " + std::strerror(errno);
+  }
+  m.vfs.exclude_path = m.mountpoint;
   return {};
+}
+
+// ---- Signals ------------------------------------------------------------------------------------
+// SIGINT, SIGTERM, SIGHUP: with no file open, the loop ends and the mount goes (as libfuse's own
+// handlers do). With files open (a mapped file stays open until unmapped), the first signal
+// detaches the mount instead (lazy unmount, after saying so): the open files keep being served
+// until they are closed, then the kernel ends the session and the daemon exits. A second signal
+// ends the loop at once.
+std::atomic<fuse_session*> g_session{nullptr};
+std::atomic<int> g_signals{0};
+int g_signal_pipe[2] = {-1, -1};
+
+void on_signal(int sig) {
+  const int n = g_signals.fetch_add(1);
+  if (n == 0 && vfs::OpenFile::live() > 0) {
+    const char c = static_cast<char>(sig);
+    if (::write(g_signal_pipe[1], &c, 1) == 1) return;  // the watcher detaches the mount
+  }
+  if (fuse_session* se = g_session.load()) fuse_session_exit(se);
+}
+
+bool install_signal_handlers(fuse_session* se) {
+  if (::pipe2(g_signal_pipe, O_CLOEXEC) != 0) return false;
+  g_session = se;
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: the main thread's wait in the loop must see it
+  struct sigaction ign {};
+  ign.sa_handler = SIG_IGN;
+  sigemptyset(&ign.sa_mask);
+  return ::sigaction(SIGINT, &sa, nullptr) == 0 && ::sigaction(SIGTERM, &sa, nullptr) == 0 &&
+         ::sigaction(SIGHUP, &sa, nullptr) == 0 && ::sigaction(SIGPIPE, &ign, nullptr) == 0;
+}
+
+void remove_signal_handlers() {
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
+  g_session = nullptr;
+}
+
+// Detaches the mount (MNT_DETACH as root, fusermount3 -u -z otherwise).
+bool detach(const std::string& mnt) {
+  if (::umount2(mnt.c_str(), MNT_DETACH) == 0) return true;
+  pid_t pid;
+  const char* argv[] = {"fusermount3", "-u", "-z", "-q", "--", mnt.c_str(), nullptr};
+  if (::posix_spawnp(&pid, "fusermount3", nullptr, nullptr, const_cast<char* const*>(argv), environ) != 0) {
+    return false;
+  }
+  int st = 0;
+  return ::waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+// The thread that does what a signal handler cannot: say how many files are open, then detach.
+void signal_watcher(const std::string& mnt) {
+  char c;
+  while (true) {
+    const ssize_t n = ::read(g_signal_pipe[0], &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n != 1 || c == 0) return;  // closed, or told to stop
+    const int64_t open = vfs::OpenFile::live();
+    log::warn(std::string(strsignal(c)) + " with " + std::to_string(open) + " file" + (open == 1 ? "" : "s") +
+              " open or mapped under " + mnt + ": detaching the mount (lazy unmount). Readers of "
+              "open files keep reading until they close them; then the daemon exits. A second "
+              "signal stops it at once (readers then get ENOTCONN, mapped pages not yet read SIGBUS).");
+    if (detach(mnt)) {
+      log::info("detached " + mnt + "; serving the open files until they are closed");
+    } else {
+      log::error("cannot detach " + mnt + " (umount2 and fusermount3 -u -z failed): stopping now");
+      if (fuse_session* se = g_session.load()) fuse_session_exit(se);
+      ::kill(::getpid(), SIGTERM);  // wakes the loop's wait (counted as the second signal)
+    }
+  }
 }
 
 struct SessionDeleter {
@@ -167,7 +370,8 @@ int run_mount(int argc, char** argv) {
     return die(std::string("error: ") + e.what());
   }
   if (m.help) {
-    std::fputs(config::usage_text("mount.h5direct").c_str(), stdout);
+    const std::string base = prog.substr(prog.rfind('/') == std::string::npos ? 0 : prog.rfind('/') + 1);
+    std::fputs(config::usage_text(base.empty() ? "h5direct" : base).c_str(), stdout);
     return 0;
   }
   if (m.version) {
@@ -198,21 +402,28 @@ int run_mount(int argc, char** argv) {
   fuse_opt_free_args(&args);
   if (!se) return die("error: cannot create the FUSE session (see the message above)");
   ctx.se = se.get();
-  if (fuse_set_signal_handlers(se.get()) != 0) return die("error: cannot install signal handlers");
+  if (!install_signal_handlers(se.get())) return die("error: cannot install signal handlers");
   if (fuse_session_mount(se.get(), m.mountpoint.c_str()) != 0) {
-    fuse_remove_signal_handlers(se.get());
+    remove_signal_handlers();
     return die("error: cannot mount on " + m.mountpoint + " (see the message above)");
   }
   // The mount exists: only now may the caller be released.
   if (!m.foreground) {
+    if (!g_log_file && !have_syslog()) {
+      log::warn("no syslog on this machine (/dev/log): the daemon's log is lost; "
+                "use -o log=FILE to keep it (or -f to stay in the foreground)");
+    }
     if (fuse_daemonize(0) != 0) {
       fuse_session_unmount(se.get());
-      fuse_remove_signal_handlers(se.get());
+      remove_signal_handlers();
       return die("error: cannot daemonize");
     }
-    ::openlog("h5direct", LOG_PID, LOG_DAEMON);
-    log::set_sink(syslog_sink);
+    if (!g_log_file) {
+      ::openlog("h5direct", LOG_PID, LOG_DAEMON);
+      log::set_sink(syslog_sink);
+    }
   }
+  if (g_log_file) log::set_sink(file_sink);
 
   int status = 0;
   {
@@ -224,6 +435,7 @@ int run_mount(int argc, char** argv) {
     sigaddset(&block, SIGTERM);
     sigaddset(&block, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &block, &old);
+    std::thread watcher(signal_watcher, m.mountpoint);
     std::unique_ptr<Engine> engine;
     std::unique_ptr<Writer> writer;  // rw mounts; destroyed after the Vfs, before the engine
     std::unique_ptr<vfs::Vfs> fs;
@@ -263,7 +475,10 @@ int run_mount(int argc, char** argv) {
       }
     }
     fuse_session_unmount(se.get());
-    fuse_remove_signal_handlers(se.get());
+    remove_signal_handlers();
+    const char stop = 0;
+    if (::write(g_signal_pipe[1], &stop, 1) != 1) log::warn("cannot stop the signal watcher");
+    watcher.join();
     se.reset();
     ctx.vfs = nullptr;
   }

@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <climits>
 #include <cstring>
 #include <set>
 
@@ -26,6 +28,63 @@ std::string join(const std::string& dir, const std::string& name) {
   return dir + "/" + name;
 }
 
+// realpath(3) of the symlink `path` that never looks up `avoid` or anything under it (the mount
+// point: a lookup there would be a request to this daemon itself). Returns the resolved path, or
+// "" with `why` set when the link reaches `avoid` or cannot be resolved.
+std::string resolve_link(const std::string& path, const std::string& avoid, std::string& why) {
+  std::vector<std::string> todo;  // components still to resolve, the next one last
+  auto push_path = [&](const std::string& p) {
+    std::vector<std::string> parts;
+    size_t i = 0;
+    while (i <= p.size()) {
+      const size_t j = std::min(p.find('/', i), p.size());
+      if (j > i) parts.push_back(p.substr(i, j - i));
+      i = j + 1;
+    }
+    todo.insert(todo.end(), parts.rbegin(), parts.rend());
+  };
+  push_path(path);
+  std::string cur;  // resolved so far ("" is the root)
+  int links = 0;
+  while (!todo.empty()) {
+    const std::string c = todo.back();
+    todo.pop_back();
+    if (c == ".") continue;
+    if (c == "..") {
+      cur.erase(cur.rfind('/') == std::string::npos ? 0 : cur.rfind('/'));
+      continue;
+    }
+    const std::string next = cur + "/" + c;
+    if (is_under(next, avoid)) {
+      why = "it leads into the mount point " + avoid;
+      return "";
+    }
+    struct stat st;
+    if (::lstat(next.c_str(), &st) != 0) {
+      why = std::string("dangling symlink (") + std::strerror(errno) + ")";
+      return "";
+    }
+    if (!S_ISLNK(st.st_mode)) {
+      cur = next;
+      continue;
+    }
+    if (++links > 40) {
+      why = "too many levels of symlinks";
+      return "";
+    }
+    std::string target(PATH_MAX, '\0');
+    const ssize_t n = ::readlink(next.c_str(), target.data(), target.size());
+    if (n < 0) {
+      why = std::string("unreadable symlink (") + std::strerror(errno) + ")";
+      return "";
+    }
+    target.resize(static_cast<size_t>(n));
+    if (!target.empty() && target[0] == '/') cur.clear();
+    push_path(target);
+  }
+  return cur.empty() ? "/" : cur;
+}
+
 class PlainDirProvider final : public DirProvider {
  public:
   PlainDirProvider(const TreeContext& ctx, std::string path) : ctx_(ctx), path_(std::move(path)) {}
@@ -34,22 +93,67 @@ class PlainDirProvider final : public DirProvider {
     DIR* d = ::opendir(path_.c_str());
     if (!d) fail(errno, "cannot list directory " + path_ + ": " + std::strerror(errno));
     std::vector<ChildEntry> out;
+    // A listing that takes long (thousands of files on a slow file system) says how far it got.
+    const auto t0 = std::chrono::steady_clock::now();
+    auto last = t0;
+    size_t seen = 0;
     try {
       const int dfd = ::dirfd(d);
       while (struct dirent* e = ::readdir(d)) {
         const std::string name = e->d_name;
         if (name == "." || name == "..") continue;
+        if (++seen % 64 == 0) {
+          const auto now = std::chrono::steady_clock::now();
+          if (now - last >= std::chrono::seconds(2)) {
+            log::info("listing " + path_ + ": " + std::to_string(seen) + " entries looked at, " +
+                      std::to_string(out.size()) + " shown so far");
+            last = now;
+          }
+        }
+        std::string path = join(path_, name);
+        auto left_out = [&](log::Level level, const std::string& why) {
+          log::write(level, "left out " + path + ": " + why);
+        };
+        if (is_under(path, ctx_.opts.exclude_path)) {
+          left_out(log::Level::Warn, "it is the mount point");
+          continue;
+        }
         struct stat st;
-        if (::fstatat(dfd, name.c_str(), &st, 0) != 0) continue;  // dangling symlink, vanished
-        const std::string path = join(path_, name);
+        if (::fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+          if (errno != ENOENT) left_out(log::Level::Warn, std::string("cannot stat it: ") + std::strerror(errno));
+          continue;  // ENOENT: it vanished since readdir
+        }
+        std::string real = path;
+        if (S_ISLNK(st.st_mode)) {
+          std::string why;
+          real = resolve_link(path, ctx_.opts.exclude_path, why);
+          if (real.empty() || ::stat(real.c_str(), &st) != 0) {
+            left_out(log::Level::Info, why.empty() ? std::string("dangling symlink (") + std::strerror(errno) + ")" : why);
+            continue;
+          }
+        }
         if (S_ISDIR(st.st_mode)) {
-          out.push_back({name, make_source_dir_node(ctx_, path, st)});
+          // A symlinked directory is listed by its resolved path, so that the mount point's
+          // exclusion holds below it too.
+          out.push_back({name, make_source_dir_node(ctx_, real, st)});
         } else if (S_ISREG(st.st_mode)) {
-          const int fd = ::openat(dfd, name.c_str(), O_RDONLY | O_CLOEXEC);
-          if (fd < 0) continue;  // unreadable to the daemon: nothing it could show
-          const bool h5 = is_hdf5_file(fd, st.st_size);
+          const int fd = ::open(real.c_str(), O_RDONLY | O_CLOEXEC);
+          if (fd < 0) {
+            left_out(errno == EACCES || errno == EPERM ? log::Level::Warn : log::Level::Info,
+                     std::string("the daemon cannot open it (") + std::strerror(errno) + ")");
+            continue;
+          }
+          const int sig = hdf5_signature(fd, st.st_size);
           ::close(fd);
-          if (h5) out.push_back({name, make_hdf5_file_node(ctx_, path, st)});
+          if (sig == 1) {
+            out.push_back({name, make_hdf5_file_node(ctx_, path, st)});
+          } else if (sig == 0) {
+            left_out(log::Level::Info, "not an HDF5 file (no HDF5 signature)");
+          } else {
+            left_out(log::Level::Warn, std::string("unreadable (") + std::strerror(-sig) + ")");
+          }
+        } else {
+          left_out(log::Level::Info, "neither a regular file nor a directory");
         }
       }
     } catch (...) {
@@ -123,16 +227,23 @@ class GroupProvider final : public DirProvider {
 
 }  // namespace
 
-bool is_hdf5_file(int fd, uint64_t file_size) {
+bool is_under(const std::string& path, const std::string& root) {
+  if (root.empty() || path.compare(0, root.size(), root) != 0) return false;
+  return path.size() == root.size() || path[root.size()] == '/' || root == "/";
+}
+
+int hdf5_signature(int fd, uint64_t file_size) {
   char buf[8];
   for (uint64_t off = 0; off + sizeof buf <= file_size; off = off ? off * 2 : 512) {
-    if (::pread(fd, buf, sizeof buf, static_cast<off_t>(off)) != static_cast<ssize_t>(sizeof buf)) {
-      return false;
-    }
-    if (std::memcmp(buf, kSignature, sizeof buf) == 0) return true;
+    const ssize_t n = ::pread(fd, buf, sizeof buf, static_cast<off_t>(off));
+    if (n < 0) return -errno;
+    if (n != static_cast<ssize_t>(sizeof buf)) return 0;
+    if (std::memcmp(buf, kSignature, sizeof buf) == 0) return 1;
   }
-  return false;
+  return 0;
 }
+
+bool is_hdf5_file(int fd, uint64_t file_size) { return hdf5_signature(fd, file_size) == 1; }
 
 bool is_hdf5_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

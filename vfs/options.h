@@ -21,8 +21,18 @@ struct VfsOptions {
   uint64_t prefetch_after = 4ull << 20;
   // Non-array datasets whose value has at most this many elements show it in their .json.
   uint64_t small_value_elements = 1000;
-  // -o rw: new HDF5 files, groups and datasets can be created and written (vfs/writable.*).
+  // -o writable: new HDF5 files, groups and datasets can be created and written (vfs/writable.*).
   bool writable = false;
+  // -o uid=, gid=, umask=: the owner, group and permission bits shown for every entry instead of
+  // the source's (-1: the source's). With umask, directories show 0777 & ~umask, files
+  // 0666 & ~umask, write bits dropped unless writable.
+  int64_t show_uid = -1;
+  int64_t show_gid = -1;
+  int umask = -1;
+  // The mount point (absolute, resolved): the plain directory provider never looks it up (a
+  // symlink in the source to it, or to a path under it, is left out), so the daemon never sends
+  // a request to its own mount. Empty: no exclusion.
+  std::string exclude_path;
 };
 
 }  // namespace h5d::vfs

@@ -86,7 +86,13 @@ using NodePtr = std::shared_ptr<Node>;
 // several threads for the same OpenFile.
 class OpenFile {
  public:
-  virtual ~OpenFile() = default;
+  OpenFile() { live_.fetch_add(1, std::memory_order_relaxed); }
+  OpenFile(const OpenFile&) = delete;  // one per FUSE file handle; never copied
+  OpenFile& operator=(const OpenFile&) = delete;
+  virtual ~OpenFile() { live_.fetch_sub(1, std::memory_order_relaxed); }
+  // How many OpenFiles exist: the files open (or mapped: a mapping keeps its file open) through
+  // the mount. Async-signal-safe (a lock-free atomic load).
+  static int64_t live() { return live_.load(std::memory_order_relaxed); }
   // Reads up to `size` bytes at `off` into buf; returns the count (short only at end of file).
   virtual size_t read(uint64_t off, size_t size, char* buf) = 0;
   // What a read makes worth pushing into the page cache (vfs/read_policy.h): file ranges to
@@ -119,6 +125,9 @@ class OpenFile {
   // release) and fsync (durable: data reach the disk).
   virtual size_t write(uint64_t off, size_t size, const char* buf);
   virtual void flush(bool durable) { (void)durable; }
+
+ private:
+  static inline std::atomic<int64_t> live_{0};
 };
 
 class FileNode : public Node {
@@ -237,9 +246,14 @@ struct TreeContext {
 
 // ---- Building blocks for providers (vfs/h5tree.cpp, vfs/nodes.cpp) ------------------------------
 
+// True when `path` is `root` or lies under it (both absolute and resolved); false for an empty root.
+bool is_under(const std::string& path, const std::string& root);
+
 // True when `path` is a regular file with the HDF5 signature at 0, 512, 1024, 2048, ...
 bool is_hdf5_file(const std::string& path);
 bool is_hdf5_file(int fd, uint64_t file_size);
+// 1: the signature is there; 0: it is not; -errno: a read failed.
+int hdf5_signature(int fd, uint64_t file_size);
 
 // The provider for a real directory / an HDF5 file: registered factories first, then the plain
 // directory provider / the root group of the file. The *_node forms wrap it in a DirNode.

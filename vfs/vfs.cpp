@@ -120,6 +120,14 @@ Attr Vfs::attr_of(const Node& n) {
       break;
   }
   a.size = n.size();
+  const VfsOptions& o = ctx_->opts;
+  if (o.show_uid >= 0) a.uid = static_cast<uid_t>(o.show_uid);
+  if (o.show_gid >= 0) a.gid = static_cast<gid_t>(o.show_gid);
+  if (o.umask >= 0 && n.kind() != NodeKind::Symlink) {
+    const mode_t full = n.kind() == NodeKind::Directory ? 0777 : 0666;
+    const mode_t writable_bits = ctx_->writer ? 0777 : 0555;
+    a.mode = (a.mode & S_IFMT) | (full & ~static_cast<mode_t>(o.umask) & writable_bits);
+  }
   return a;
 }
 
@@ -237,6 +245,26 @@ void Vfs::note_error(int err) {
   ++errors_[err];
 }
 
+// Every error reply, in total and by class (error_replies has them by errno).
+nlohmann::json Vfs::error_classes() {
+  nlohmann::json by = {{"total", 0}, {"io", 0}, {"not_found", 0}, {"stale", 0}, {"denied", 0},
+                       {"read_only", 0}, {"invalid", 0}, {"out_of_memory", 0}, {"other", 0}};
+  std::lock_guard<std::mutex> lk(err_mu_);
+  for (const auto& [err, n] : errors_) {
+    const char* cls = err == EIO ? "io"
+                      : err == ENOENT ? "not_found"
+                      : err == ESTALE ? "stale"
+                      : (err == EACCES || err == EPERM) ? "denied"
+                      : err == EROFS ? "read_only"
+                      : (err == EINVAL || err == EISDIR || err == ENOTDIR || err == EEXIST) ? "invalid"
+                      : err == ENOMEM ? "out_of_memory"
+                                      : "other";
+    by[cls] = by[cls].get<uint64_t>() + n;
+    by["total"] = by["total"].get<uint64_t>() + n;
+  }
+  return by;
+}
+
 std::string Vfs::render_stats() {
   using nlohmann::json;
   Stats& st = engine_.stats();
@@ -259,7 +287,7 @@ std::string Vfs::render_stats() {
   j["bytes_pread"] = st.bytes_pread.load();
   j["bytes_pushed"] = st.bytes_pushed.load();
   j["library_reads"] = st.library_reads.load();
-  j["errors"] = st.errors.load();
+  j["errors"] = error_classes();
   json fb = json::object();
   for (const auto& [why, n] : st.fallbacks()) fb[why] = n;
   j["fallbacks"] = fb;

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "vfs/options.h"
 #include "vfs/tree.h"
 
@@ -93,6 +95,8 @@ class Vfs {
   void note_error(int err);
   // The content of .h5direct/stats.json.
   std::string render_stats();
+  // stats.json's "errors": every error reply counted, in total and by class (io, not_found, ...).
+  nlohmann::json error_classes();
 
   const std::string& source() const { return source_; }
   Engine& engine() { return engine_; }

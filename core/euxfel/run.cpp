@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <regex>
 #include <set>
@@ -255,8 +256,23 @@ std::shared_ptr<Run> Run::open(Engine& engine, const std::string& dir, RunOption
   return run;
 }
 
+constexpr size_t kProgressFiles = 100;
+
 void Run::load_files(const std::vector<std::string>& paths) {
+  // A long scan says how far it got (at info level): every 100 files, or every 2 s.
+  const bool long_scan = paths.size() >= kProgressFiles;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto last = t0;
+  const std::string total = std::to_string(paths.size());
+  if (long_scan) log::info("euxfel: " + dir_ + ": opening " + total + " files");
+  size_t opened = 0;
   for (const std::string& path : paths) {
+    const auto now = std::chrono::steady_clock::now();
+    if (long_scan && opened > 0 && (opened % kProgressFiles == 0 || now - last >= std::chrono::seconds(2))) {
+      log::info("euxfel: " + dir_ + ": opened " + std::to_string(opened) + " of " + total + " files");
+      last = now;
+    }
+    ++opened;
     SequenceFile sf;
     sf.path = path;
     sf.name = path.substr(path.find_last_of('/') + 1);
@@ -374,6 +390,10 @@ void Run::load_files(const std::vector<std::string>& paths) {
       continue;
     }
     files_.push_back(std::move(sf));
+  }
+  if (long_scan) {
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    log::info("euxfel: " + dir_ + ": opened all " + total + " files in " + std::to_string(secs).substr(0, 5) + " s");
   }
 }
 

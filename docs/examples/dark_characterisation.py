@@ -2,7 +2,7 @@
 """AGIPD dark characterisation on Dask, reading raw runs through an h5direct mount.
 
 Input: three dark runs (high, medium, low gain) of raw AGIPD data, each a run directory as
-mount.h5direct shows it (`RUN/<source>/<key>.npy`: one array over the whole run, sequence files
+h5direct shows it (`RUN/<source>/<key>.npy`: one array over the whole run, sequence files
 concatenated as EXtra-data does). Only two keys of each module are read, with
 `np.load(path, mmap_mode='r')`:
     RUN/SPB_DET_AGIPD1M-1/DET/{m}CH0:xtdf/image.data.npy    (frames, 2, 512, 128) uint16
@@ -16,7 +16,7 @@ noise and bad-pixel mask per cell and pixel (dark_common.py, identical to dark_r
 The client gathers results and writes one HDF5 file (layout: docs/examples/README.md).
 
 One machine (a LocalCluster, by default 2 worker processes x 1 thread):
-    mount.h5direct /gpfs/exfel/exp/SPB/202130/p900188/raw /mnt/raw
+    h5direct /gpfs/exfel/exp/SPB/202130/p900188/raw /mnt/raw
     dark_characterisation.py /mnt/raw/r0010 /mnt/raw/r0011 /mnt/raw/r0012 -o dark.h5
     fusermount3 -u /mnt/raw
 
@@ -29,7 +29,7 @@ or, with dask-jobqueue (not packaged in Debian 12; pip install dask-jobqueue els
                            walltime='01:00:00', job_extra_directives=['--exclusive'],
                            job_script_prologue=[
                                'mkdir -p /tmp/raw',
-                               'mount.h5direct /gpfs/.../raw /tmp/raw -o auto_unmount',
+                               'h5direct /gpfs/.../raw /tmp/raw -o auto_unmount',
                                "trap 'fusermount3 -u -z /tmp/raw' EXIT"])
     cluster.scale(jobs=4)
     # then: dark_characterisation.py /tmp/raw/r0010 /tmp/raw/r0011 /tmp/raw/r0012 -o dark.h5 \

@@ -104,6 +104,20 @@ class Mount:
             pass
 
 
+def write_corrupt_chunk_file(path):
+    """An HDF5 file with `good` (1000 int32, contiguous) and `z` (100000 int32 in gzip chunks of
+    10000) whose chunk 3 is damaged: reading elements 30000-39999 of z fails."""
+    import h5py
+    with h5py.File(path, 'w') as f:
+        f.create_dataset('good', data=np.arange(1000, dtype='<i4'))
+        f.create_dataset('z', data=np.arange(100000, dtype='<i4'), chunks=(10000,),
+                         compression='gzip')
+        info = f['z'].id.get_chunk_info(3)
+    with open(path, 'r+b') as fh:
+        fh.seek(info.byte_offset + 10)
+        fh.write(b'\xff' * 64)
+
+
 def descr_to_dtype(descr):
     """numpy dtype from the sidecar's JSON dtype (a string or numpy's descr list as lists)."""
     def conv(d):

@@ -223,7 +223,7 @@ def test_bad_arguments_fail_before_mounting(srcdir):
         ([osp.join(srcdir, 'notes.txt'), mnt], 'not an HDF5 file'),
         ([srcdir, osp.join(mnt, 'missing')], 'mount point'),
         ([srcdir, osp.join(srcdir, 'notes.txt')], 'not a directory'),
-        ([osp.join(srcdir, 'two.h5'), mnt, '-o', 'rw'], 'needs a directory'),
+        ([osp.join(srcdir, 'two.h5'), mnt, '-o', 'writable'], 'needs a directory'),
         ([srcdir, mnt, '-o', 'bogus'], "unknown option 'bogus'"),
         ([srcdir, mnt, '-o', 'cache_size=huge'], 'cache_size'),
         ([srcdir], 'missing'),
@@ -284,14 +284,7 @@ def test_config_file(srcdir, mount):
 def test_corrupt_chunk_is_eio_and_logged_once(mount):
     d = tl.make_tmpdir('corrupt-')
     p = osp.join(d, 'bad.h5')
-    with h5py.File(p, 'w') as f:
-        f.create_dataset('good', data=np.arange(1000, dtype='<i4'))
-        f.create_dataset('z', data=np.arange(100000, dtype='<i4'), chunks=(10000,),
-                         compression='gzip')
-        info = f['z'].id.get_chunk_info(3)
-    with open(p, 'r+b') as fh:
-        fh.seek(info.byte_offset + 10)
-        fh.write(b'\xff' * 64)
+    tl.write_corrupt_chunk_file(p)
     m = mount(p)
     with pytest.raises(OSError) as e:
         open(m.path('z.raw'), 'rb').read()

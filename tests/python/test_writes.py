@@ -46,7 +46,7 @@ def test_ro_mount_refuses_writes(srcdir, mount):
 
 
 def test_parallel_writers_memmap_and_pwrite(srcdir, mount):
-    m = mount(srcdir, 'rw')
+    m = mount(srcdir, 'writable')
     os.mkdir(m.path('out.h5'))
     os.mkdir(m.path('out.h5', 'results'))
     shape = (48, 256, 128)
@@ -100,7 +100,7 @@ def test_parallel_writers_memmap_and_pwrite(srcdir, mount):
 
 @pytest.mark.parametrize('compression', ['gzip', 'blosc', 'lz4', 'zstd'])
 def test_json_spec_compressed_parallel(srcdir, mount, compression):
-    m = mount(srcdir, 'rw')
+    m = mount(srcdir, 'writable')
     os.mkdir(m.path('c.h5'))
     shape = (40, 100, 64)
     ref = reference(shape, '<i4', seed=3)
@@ -149,7 +149,7 @@ def test_chunk_assembly_any_order_and_alignment(srcdir, mount, shape, chunks, dt
     """Writes of random sizes (not element-aligned), in random order, overlapping and rewritten,
     some after a flush: the chunk assembly (C-order bytes -> chunks, edge chunks, read-modify-write
     of chunks already in the file) gives exactly the final bytes."""
-    m = mount(srcdir, 'rw')
+    m = mount(srcdir, 'writable')
     os.mkdir(m.path('a.h5'))
     rng = np.random.default_rng(11)
     ref = rng.integers(0, 255, size=int(np.prod(shape)) * np.dtype(dtype).itemsize,
@@ -181,7 +181,7 @@ def test_chunk_assembly_any_order_and_alignment(srcdir, mount, shape, chunks, dt
 
 
 def test_default_compression_option_and_partial_chunks(srcdir, mount):
-    m = mount(srcdir, 'rw,write_compression=gzip')
+    m = mount(srcdir, 'writable,write_compression=gzip')
     os.mkdir(m.path('p.h5'))
     a = np.lib.format.open_memmap(m.path('p.h5', 'x.npy'), mode='w+', dtype='<f8', shape=(1000, 300))
     a[:333] = 1.5   # a third: the last chunk touched is incomplete, flushed padded with fill
@@ -198,7 +198,7 @@ def test_default_compression_option_and_partial_chunks(srcdir, mount):
 
 
 def test_kill_writer_midway(srcdir, mount):
-    m = mount(srcdir, 'rw')
+    m = mount(srcdir, 'writable')
     os.mkdir(m.path('k.h5'))
     shape = (64, 1024, 256)  # 64 MiB of u4
     npy = m.path('k.h5', 'x.npy')
@@ -232,7 +232,7 @@ def test_kill_writer_midway(srcdir, mount):
 
 
 def test_kill_daemon_midway(srcdir, mount):
-    m = mount(srcdir, 'rw')
+    m = mount(srcdir, 'writable')
     os.mkdir(m.path('d.h5'))
     os.mkdir(m.path('d.h5', 'g'))
     shape = (32, 512, 512)
@@ -260,7 +260,7 @@ def test_kill_daemon_midway(srcdir, mount):
 
 
 def test_fsync_makes_compressed_chunks_survive_a_killed_daemon(srcdir, mount):
-    m = mount(srcdir, 'rw')
+    m = mount(srcdir, 'writable')
     os.mkdir(m.path('f.h5'))
     shape = (30, 64, 64)
     ref = reference(shape, '<u2', seed=9)
@@ -292,7 +292,7 @@ def test_existing_datasets(srcdir, mount):
     with h5py.File(p, 'w') as f:
         f['cont'] = np.zeros((10, 20), '<f4')
         f.create_dataset('comp', data=np.zeros((10, 20), '<f4'), compression='gzip')
-    m = mount(srcdir, 'rw')
+    m = mount(srcdir, 'writable')
     for name in ('cont.npy', 'cont.raw', 'comp.raw'):
         with pytest.raises(OSError) as e:
             os.open(m.path('old.h5', name), os.O_RDWR)
@@ -304,7 +304,7 @@ def test_existing_datasets(srcdir, mount):
         open(m.path('old.h5', 'new.npy'), 'wb')
     assert e.value.errno == errno.EPERM
     m.close()
-    m = mount(srcdir, 'rw,write_existing')
+    m = mount(srcdir, 'writable,write_existing')
     a = np.lib.format.open_memmap(m.path('old.h5', 'cont.npy'), mode='r+')
     a[3] = 42
     del a
@@ -318,7 +318,7 @@ def test_existing_datasets(srcdir, mount):
 
 
 def test_bad_headers_and_specs(srcdir, mount):
-    m = mount(srcdir, 'rw')
+    m = mount(srcdir, 'writable')
     os.mkdir(m.path('b.h5'))
     with pytest.raises(OSError) as e:
         with open(m.path('b.h5', 'f.npy'), 'wb') as f:

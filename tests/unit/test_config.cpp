@@ -86,11 +86,10 @@ TEST_CASE("command line: positionals, -f, -o anywhere", "[config]") {
 TEST_CASE("command line: bad input gives clear errors", "[config]") {
   CHECK(error_of({"a"}).find("missing") != std::string::npos);
   CHECK(error_of({"a", "b", "c"}).find("too many") != std::string::npos);
-  CHECK(parse_command_line({"a", "b", "-o", "rw"}).vfs.writable);
+  CHECK(parse_command_line({"a", "b", "-o", "writable"}).vfs.writable);
   CHECK_FALSE(parse_command_line({"a", "b"}).vfs.writable);
-  CHECK_FALSE(parse_command_line({"a", "b", "-o", "rw,ro"}).vfs.writable);
-  CHECK(parse_command_line({"a", "b", "-o", "rw,write_compression=gzip,write_existing"}).writer.compression == "gzip");
-  CHECK(parse_command_line({"a", "b", "-o", "rw,write_existing"}).writer.write_existing);
+  CHECK(parse_command_line({"a", "b", "-o", "writable,write_compression=gzip,write_existing"}).writer.compression == "gzip");
+  CHECK(parse_command_line({"a", "b", "-o", "rw,writable,write_existing"}).writer.write_existing);
   CHECK(error_of({"a", "b", "-o", "write_compression=rar"}).find("write_compression") != std::string::npos);
   CHECK(error_of({"a", "b", "-o", "bogus=1"}).find("unknown option 'bogus'") != std::string::npos);
   CHECK(error_of({"a", "b", "-o", "threads=0"}).find("threads") != std::string::npos);
@@ -135,9 +134,9 @@ TEST_CASE("config JSON: types are checked", "[config]") {
   CHECK_THROWS_AS(apply_config_json(m, {{"threads", 1.5}}, "t"), ConfigError);
   CHECK_THROWS_AS(apply_config_json(m, {{"threads", {1, 2}}}, "t"), ConfigError);
   CHECK_THROWS_AS(apply_config_json(m, {{"config", "x"}}, "t"), ConfigError);
-  CHECK_NOTHROW(apply_config_json(m, {{"rw", true}}, "t"));
+  CHECK_NOTHROW(apply_config_json(m, {{"writable", true}}, "t"));
   CHECK(m.vfs.writable);
-  CHECK_NOTHROW(apply_config_json(m, {{"rw", false}, {"ro", true}, {"threads", 4}}, "t"));
+  CHECK_NOTHROW(apply_config_json(m, {{"writable", false}, {"ro", true}, {"threads", 4}}, "t"));
   CHECK_FALSE(m.vfs.writable);
   CHECK(m.engine.threads == 4);
   try {
@@ -147,4 +146,90 @@ TEST_CASE("config JSON: types are checked", "[config]") {
     CHECK(std::string(e.what()).find("config file x.json") != std::string::npos);
     CHECK(std::string(e.what()).find("nope") != std::string::npos);
   }
+}
+
+// Issue 15: mount(8) always passes rw; only -o writable makes a mount writable.
+TEST_CASE("rw and ro from mount(8) mean nothing; writes need -o writable", "[config]") {
+  CHECK_FALSE(parse({"a", "b", "-o", "rw"}).vfs.writable);
+  CHECK_FALSE(parse({"a", "b", "-o", "rw,dev,suid,defaults"}).vfs.writable);
+  CHECK_FALSE(parse({"a", "b", "-o", "ro"}).vfs.writable);
+  CHECK(parse({"a", "b", "-o", "rw,writable"}).vfs.writable);
+  CHECK(error_of({"a", "b", "-o", "ro,writable"}).find("contradict") != std::string::npos);
+  CHECK(error_of({"a", "b", "-o", "writable", "-o", "ro"}).find("contradict") != std::string::npos);
+  MountOptions m;
+  apply_config_json(m, {{"rw", true}}, "t");
+  CHECK_FALSE(m.vfs.writable);
+}
+
+TEST_CASE("options that do not apply, out of range values and contradictions are refused", "[config]") {
+  for (const char* o : {"write_compression=gzip", "write_level=3", "write_existing"}) {
+    INFO(o);
+    CHECK(error_of({"a", "b", "-o", o}).find("writable") != std::string::npos);
+    CHECK(error_of({"a", "b", "-o", std::string("rw,") + o}).find("writable") != std::string::npos);
+  }
+  // write_level=22 used to become 9 for gzip without a word
+  CHECK(error_of({"a", "b", "-o", "writable,write_compression=gzip,write_level=22"}).find("out of range for gzip") != std::string::npos);
+  CHECK(error_of({"a", "b", "-o", "writable,write_compression=blosc,write_level=10"}).find("out of range") != std::string::npos);
+  CHECK(error_of({"a", "b", "-o", "writable,write_compression=zstd,write_level=0"}).find("out of range") != std::string::npos);
+  CHECK(error_of({"a", "b", "-o", "writable,write_compression=lz4,write_level=1"}).find("no level") != std::string::npos);
+  CHECK(error_of({"a", "b", "-o", "writable,write_level=3"}).find("needs write_compression") != std::string::npos);
+  CHECK(parse({"a", "b", "-o", "writable,write_compression=zstd,write_level=22"}).writer.level == 22);
+  CHECK(parse({"a", "b", "-o", "write_level=9,writable,write_compression=gzip"}).writer.level == 9);
+  CHECK(error_of({"a", "b", "-o", "write_level=23,writable,write_compression=zstd"}).find("write_level") != std::string::npos);
+  // prefetch_max=0 used to be accepted (and meant the first window); the minimum is that window
+  CHECK(error_of({"a", "b", "-o", "prefetch_max=0"}).find("prefetch_max") != std::string::npos);
+  CHECK(error_of({"a", "b", "-o", "prefetch_max=1M"}).find("at least 1152K") != std::string::npos);
+  CHECK(parse({"a", "b", "-o", "prefetch_max=1152K"}).vfs.prefetch_max == 1152ull << 10);
+  CHECK(parse({"a", "b", "-o", "prefetch_after=0"}).vfs.prefetch_after == 0);
+  CHECK(parse({"a", "b", "-o", "cache_size=0"}).engine.cache_bytes == 0);  // 0: the default
+  CHECK(error_of({"a", "b", "-s", "-o", "max_threads=4"}).find("contradict") != std::string::npos);
+  CHECK(error_of({"a", "b", "-o", "max_threads=4,max_idle_threads=8"}).find("more than") != std::string::npos);
+  CHECK(error_of({"a", "b", "-o", "max_threads=0"}).find("max_threads") != std::string::npos);
+  CHECK(error_of({"a", "b", "-o", "umask=0999"}).find("umask") != std::string::npos);
+  CHECK(error_of({"a", "b", "-o", "umask=01777"}).find("umask") != std::string::npos);
+  CHECK(error_of({"a", "b", "-o", "attr_timeout=-1"}).find("attr_timeout") != std::string::npos);
+  CHECK(error_of({"a", "b", "-o", "entry_timeout=soon"}).find("entry_timeout") != std::string::npos);
+  CHECK(error_of({"a", "b", "-o", "kernel_cache=1"}).find("takes no value") != std::string::npos);
+  CHECK(error_of({"a", "b", "-o", "uid=-3"}).find("uid") != std::string::npos);
+}
+
+TEST_CASE("common FUSE options are accepted and mapped", "[config]") {
+  auto m = parse({"a", "b", "-s", "-o", "uid=1234,gid=99,umask=027,attr_timeout=1.5,entry_timeout=0,kernel_cache"});
+  CHECK(m.fuse.max_threads == 1);
+  CHECK(m.fuse.max_idle_threads == 1);
+  CHECK(m.vfs.show_uid == 1234);
+  CHECK(m.vfs.show_gid == 99);
+  CHECK(m.vfs.umask == 027);
+  CHECK(m.fuse.attr_timeout == 1.5);
+  CHECK(m.fuse.entry_timeout == 0.0);
+  auto m2 = parse({"a", "b", "-o", "max_threads=8"});
+  CHECK(m2.fuse.max_threads == 8);
+  CHECK(m2.fuse.max_idle_threads == 8);
+  CHECK(parse({"a", "b"}).vfs.show_uid == -1);
+  CHECK(parse({"a", "b"}).vfs.umask == -1);
+  CHECK(parse({"a", "b", "-o", "log=/tmp/x.log,nonempty"}).log_file == "/tmp/x.log");
+  CHECK(parse({"a", "b", "-o", "nonempty"}).nonempty);
+  CHECK(parse({"a", "b", "--log-file", "/tmp/y.log"}).log_file == "/tmp/y.log");
+  CHECK(parse({"--log-file=/tmp/z.log", "a", "b"}).log_file == "/tmp/z.log");
+  CHECK(error_of({"a", "b", "--log-file"}).find("--log-file") != std::string::npos);
+}
+
+TEST_CASE("an unknown option gets the nearest known one suggested", "[config]") {
+  CHECK(error_of({"a", "b", "-o", "threds=4"}).find("did you mean 'threads'") != std::string::npos);
+  CHECK(error_of({"a", "b", "-o", "cachesize=1G"}).find("did you mean 'cache_size'") != std::string::npos);
+  CHECK(error_of({"a", "b", "-o", "writeable"}).find("did you mean 'writable'") != std::string::npos);
+  CHECK(error_of({"a", "b", "-o", "max_thread=3"}).find("did you mean 'max_threads'") != std::string::npos);
+  CHECK(error_of({"a", "b", "-o", "zzzzzzzzzz"}).find("did you mean") == std::string::npos);
+  CHECK(h5d::config::nearest_option("allow_othr") == "allow_other");
+}
+
+TEST_CASE("--help is generated from the option table", "[config]") {
+  const std::string help = h5d::config::usage_text("h5direct");
+  for (const auto& o : h5d::config::option_table()) {
+    INFO(o.name);
+    const std::string head = "  -o " + o.name + (o.value.empty() ? "" : "=" + o.value) + "\n";
+    CHECK(help.find(head) != std::string::npos);
+    CHECK(help.find("[default: " + o.default_text + "]") != std::string::npos);
+  }
+  for (const auto& n : h5d::config::ignored_options()) CHECK_NOTHROW(parse({"a", "b", "-o", n}));
 }

@@ -367,3 +367,45 @@ TEST_CASE("Vfs refuses a missing or non-HDF5 source", "[vfs]") {
   }
   CHECK_THROWS_AS(Vfs(engine, VfsOptions{}, d + "/plain.txt"), Error);
 }
+
+// Issue 15: the plain directory provider never looks up the excluded path (the mount point),
+// however a symlink reaches it, and shows uid/gid/umask overrides; open files are counted.
+TEST_CASE("the mount point is never shown or entered; uid, gid, umask override what is shown", "[vfs]") {
+  const std::string d = tmpdir("vfs_exclude");
+  const std::string src = d + "/src", mnt = d + "/mnt", other = d + "/other";
+  for (const auto& p : {src, mnt, other, mnt + "/inner"}) ::mkdir(p.c_str(), 0755);
+  write_file(src + "/fake.h5", kSig + std::string(100, '\0'), 0640);
+  write_file(mnt + "/inner/f.h5", kSig + std::string(100, '\0'));
+  ::symlink(mnt.c_str(), (src + "/to_mnt").c_str());                     // absolute
+  ::symlink("../mnt/inner", (src + "/to_inner").c_str());                 // relative, below it
+  ::symlink((other + "/../mnt/./inner/f.h5").c_str(), (src + "/to_file.h5").c_str());  // via ..
+  ::symlink((src + "/to_mnt").c_str(), (src + "/chain").c_str());         // a link to a link
+  ::symlink(other.c_str(), (src + "/to_other").c_str());                  // fine: shown
+  Engine engine(small_engine());
+  VfsOptions o;
+  o.exclude_path = mnt;
+  o.show_uid = 4321;
+  o.show_gid = 99;
+  o.umask = 077;
+  Vfs fs(engine, o, src);
+  std::set<std::string> names;
+  for (const auto& e : fs.readdir(Vfs::kRootIno)) names.insert(e.name);
+  CHECK(names == std::set<std::string>{".h5direct", "fake.h5", "to_other"});
+  const Attr fake = fs.lookup(Vfs::kRootIno, "fake.h5");
+  CHECK(fake.uid == 4321);
+  CHECK(fake.gid == 99);
+  CHECK((fake.mode & 07777) == (0777 & ~077 & 0555));  // a directory: 0500
+  // Without the exclusion the same links are shown (the test would notice if they were not made).
+  Vfs plain(engine, VfsOptions{}, src);
+  std::set<std::string> all;
+  for (const auto& e : plain.readdir(Vfs::kRootIno)) all.insert(e.name);
+  CHECK(all == std::set<std::string>{".h5direct", "chain", "fake.h5", "to_file.h5", "to_inner", "to_mnt", "to_other"});
+  CHECK((plain.lookup(Vfs::kRootIno, "fake.h5").mode & 07777) == 0550);  // the source's r bits, r-x
+
+  const int64_t before = OpenFile::live();
+  {
+    auto f = fs.open(fs.lookup(fs.lookup(Vfs::kRootIno, ".h5direct").ino, "stats.json").ino, O_RDONLY);
+    CHECK(OpenFile::live() == before + 1);
+  }
+  CHECK(OpenFile::live() == before);
+}
