@@ -31,9 +31,11 @@ SequentialPrefetcher::Range SequentialPrefetcher::on_read(uint64_t off, uint64_t
                                                           Seen* seen) {
   std::lock_guard<std::mutex> lk(mu_);
   const uint64_t end = std::min(off + len, file_size);
-  // Single-page windows: a reader's next request starts where its pages (read or pushed) end; only
-  // the requests of one large read() arrive out of order, by less than their own size.
-  const uint64_t tol = exact_ ? std::max<uint64_t>(len, 4096) : cfg_.seek_tolerance;
+  // Single-page windows: a reader's next request starts in the unit after its pages (read or
+  // pushed) end: at once when it copies everything, further into it when it copies a region of
+  // every row (a[:, 100:164]); the requests of one large read() arrive out of order by less than
+  // their own size.
+  const uint64_t tol = exact_ ? std::max<uint64_t>({len, 4096, unit_}) : cfg_.seek_tolerance;
   size_t i = 0;
   // Streams with a direction first: a read next to a stream's end continues it rather than
   // pairing with a lone read nearby.
@@ -105,6 +107,7 @@ void SequentialPrefetcher::set_pushed(size_t stream, uint64_t lo, uint64_t hi) {
 void SequentialPrefetcher::single_page_windows(uint64_t unit) {
   std::lock_guard<std::mutex> lk(mu_);
   exact_ = true;
+  unit_ = unit;
   cfg_.after = std::min(cfg_.after, 2 * unit);
 }
 

@@ -75,8 +75,8 @@ class SequentialPrefetcher {
   void set_pushed(size_t stream, uint64_t lo, uint64_t hi);
 
   // The file is read through single-page windows with pushes (ReadPolicy::choose_readahead_kb):
-  // a stream's reads follow each other exactly (tolerance: the read's own size, for the requests
-  // of one large read() arriving out of order), and it starts after two units of `unit` bytes.
+  // a stream's next read lies within one unit (`unit` bytes) or its own size after its end, and
+  // a stream starts after two units.
   void single_page_windows(uint64_t unit);
 
   // The most recently used stream: its window, whether it has gone `after` bytes, its direction.
@@ -104,6 +104,7 @@ class SequentialPrefetcher {
   Config cfg_;
   mutable std::mutex mu_;  // guards everything below
   bool exact_ = false;     // single_page_windows
+  uint64_t unit_ = 0;      // its unit
   Stream streams_[kStreams];
   uint64_t clock_ = 0;
   size_t last_ = 0;        // the most recently used stream

@@ -205,6 +205,8 @@ def test_backward_page_walk_costs_a_request_per_chunk(src, name):
         chunk_rows = {'one': 1, 'three': 3}[name]
         chunks = N // chunk_rows * (1 if name == 'one' else 2)  # 'three': two chunks per 3 frames
         assert s['reads'] <= chunks + 10, s
-        assert s['bytes_pushed'] <= exp.nbytes * 1.1, s
+        # Each chunk is pushed about once (before: 8 to 32 times). A reader that overtakes the
+        # push after a reply asks for a page of a chunk being pushed, which is pushed again.
+        assert s['bytes_pushed'] <= exp.nbytes * 2, s
     finally:
         m.close()
