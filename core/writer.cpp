@@ -654,6 +654,16 @@ DatasetWriterPtr Writer::create_dataset(const std::string& file, const std::stri
     const uint64_t chunk_bytes = product(chunks) * itemsize;
     if (chunk_bytes >= (4ull << 30)) fail(EINVAL, what + ": chunks must be smaller than 4 GiB");
     pipeline = write_pipeline(compression, spec.level, spec.shuffle, itemsize, chunk_bytes);
+    if (compression == "zstd") {
+      // Readable where the zstd HDF5 plugin (filter 32015) is installed; Debian 12 ships none
+      // (its h5py and hdf5plugin cannot read these files): say so once per mount.
+      static std::once_flag warned;
+      std::call_once(warned, [&] {
+        log::warn(what + ": written with zstd (HDF5 filter 32015): other programs need the zstd HDF5 "
+                  "filter plugin to read it (Debian 12's h5py and hdf5plugin have none; gzip, blosc and "
+                  "lz4 are readable there)");
+      });
+    }
     std::vector<hsize_t> cd(chunks.begin(), chunks.end());
     h5::check(H5Pset_chunk(dcpl.get(), int(rank), cd.data()), what + ": H5Pset_chunk");
     for (const auto& f : pipeline) {
