@@ -515,6 +515,10 @@ def goals(cell, pat):
         # 2.5x h5py, or 90% of the CPU limit: the daemon's decode time spread over the cores
         limit = med((cell.name, pat, 'decode')) / NCPU / d
         out.append((f'x h5py (CPU limit share {limit:.2f})', vs, 2.5, vs >= 2.5 or limit >= 0.9))
+    elif pat.startswith('cold') and not comp:
+        # The ceiling of any FUSE reader here: the bare FUSE file from memory (no I/O at all).
+        ceiling = h / med((cell.name, pat, 'bare'))
+        out.append((f'x h5py (bare FUSE file from memory: {ceiling:.2f}x)', vs, 1.0, vs >= 1.0))
     elif pat.startswith('cold'):
         g = 2.5 if cell.spec['comp'] == 'deflate' else 1.0
         out.append(('x h5py', vs, g, vs >= g))
