@@ -41,6 +41,29 @@ uint64_t ReadsInFlight::clip(uint64_t ino, uint64_t from, uint64_t to) {
   return to;
 }
 
+void PerFileReadahead::enable(unsigned now_kb, std::function<void(unsigned)> set) {
+  std::lock_guard<std::mutex> lk(mu_);
+  now_ = now_kb;
+  set_ = std::move(set);
+}
+
+void PerFileReadahead::answer(unsigned kb, const std::function<void()>& reply) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!set_ || kb == 0) {
+    lk.unlock();
+    reply();
+    return;
+  }
+  if (now_ != kb) {
+    const auto since = std::chrono::steady_clock::now() - used_;
+    if (since < kSettle) std::this_thread::sleep_for(kSettle - since);
+    set_(kb);
+    now_ = kb;
+  }
+  reply();
+  used_ = std::chrono::steady_clock::now();
+}
+
 std::vector<char> PushBuffers::take() {
   std::lock_guard<std::mutex> lk(mu_);
   if (free_.empty()) return {};
@@ -174,24 +197,9 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fi->keep_cache = f->keep_cache;
     fi->fh = reinterpret_cast<uint64_t>(f.get());
     Context& c = ctx(req);
-    std::unique_lock<std::mutex> lk(c.readahead_mu, std::defer_lock);
-    if (c.set_readahead && c.readahead_kb > 0) {
-      // The kernel copies the mount's read-ahead into the file just after this open is
-      // answered. Opens are answered one at a time here, and one that needs the other value
-      // waits until the last open answered with the current one is kSettle old, so that its
-      // opener has copied it (a heuristic: an opener descheduled longer gets the new value).
-      constexpr auto kSettle = std::chrono::milliseconds(2);
-      const unsigned kb = f->choose_readahead_kb(c.opts.push, c.readahead_kb);
-      lk.lock();
-      if (c.readahead_now != kb) {
-        const auto since = std::chrono::steady_clock::now() - c.readahead_used;
-        if (since < kSettle) std::this_thread::sleep_for(kSettle - since);
-        c.set_readahead(c, kb);
-        c.readahead_now = kb;
-      }
-    }
-    if (fuse_reply_open(req, fi) == 0) f.release();  // else the request was interrupted
-    if (lk.owns_lock()) c.readahead_used = std::chrono::steady_clock::now();
+    c.readahead.answer(f->choose_readahead_kb(c.opts.push, c.readahead_kb), [&] {
+      if (fuse_reply_open(req, fi) == 0) f.release();  // else the request was interrupted
+    });
   });
 }
 

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -51,6 +52,28 @@ class PushBuffers {
   std::vector<std::vector<char>> free_;
 };
 
+// Each open file's read-ahead (vfs::OpenFile::choose_readahead_kb), set through the mount's
+// sysfs value: the kernel copies the mount's value into a file just after its open is answered.
+// Opens are answered one at a time, and one that needs the other value waits until the last open
+// answered with the current one is kSettle old, so that its opener has copied it. A heuristic
+// (docs/architecture.md says why it stays): an opener descheduled longer gets the other value,
+// which costs speed, never bytes.
+class PerFileReadahead {
+ public:
+  static constexpr std::chrono::milliseconds kSettle{2};
+  // `set` writes the mount's value in KiB; the mount starts at `now_kb`. Until enabled, opens are
+  // answered as they come, with whatever the mount has.
+  void enable(unsigned now_kb, std::function<void(unsigned)> set);
+  // Answers an open (reply()) with the mount's read-ahead at `kb`.
+  void answer(unsigned kb, const std::function<void()>& reply);
+
+ private:
+  std::mutex mu_;  // guards everything below; held while an open is answered
+  std::function<void(unsigned)> set_;
+  unsigned now_ = 0;
+  std::chrono::steady_clock::time_point used_{};  // the last open answered with now_
+};
+
 // The session's userdata. `vfs` is set before the session loop starts (after daemonizing).
 struct Context {
   vfs::Vfs* vfs = nullptr;
@@ -62,12 +85,7 @@ struct Context {
   std::string mountpoint;
   unsigned readahead_kb = 0;  // 0: the kernel's default
   fuse_session* se = nullptr;  // for notify_store (set before the loop starts)
-  // Sets the mount's read-ahead (KiB) right before an open is answered: the kernel gives the
-  // open file the mount's read-ahead of that moment (fusefs/mount.cpp). nullptr: not root.
-  void (*set_readahead)(Context&, unsigned kb) = nullptr;
-  std::mutex readahead_mu;  // guards readahead_now, readahead_used; held while an open is answered
-  unsigned readahead_now = 0;
-  std::chrono::steady_clock::time_point readahead_used{};  // the last open answered with it
+  PerFileReadahead readahead;  // enabled by fusefs/mount.cpp when the daemon can write sysfs
   ReadsInFlight reads;
   PushBuffers push_buffers;
 };

@@ -143,8 +143,8 @@ void raise_readahead(Context& c, fuse_conn_info* conn) {
   if (c.readahead_kb == 0) return;
   conn->max_readahead = c.readahead_kb * 1024u;
   if (set_readahead(c.mountpoint, c.readahead_kb)) {
-    c.readahead_now = c.readahead_kb;
-    c.set_readahead = [](Context& cx, unsigned kb) { set_readahead(cx.mountpoint, kb, false); };
+    const std::string mnt = c.mountpoint;
+    c.readahead.enable(c.readahead_kb, [mnt](unsigned kb) { set_readahead(mnt, kb, false); });
   }
 }
 
