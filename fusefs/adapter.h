@@ -60,11 +60,13 @@ class PushBuffers {
 // which costs speed, never bytes.
 class PerFileReadahead {
  public:
-  static constexpr std::chrono::milliseconds kSettle{2};
+  // Long enough for an opener to return from open(2) when nothing delays it, sanitizer builds
+  // under load included (2 ms let 9 of 30 opens through there).
+  static constexpr std::chrono::milliseconds kSettle{5};
   // `set` writes the mount's value in KiB; the mount starts at `now_kb`. Until enabled, opens are
   // answered as they come, with whatever the mount has.
   void enable(unsigned now_kb, std::function<void(unsigned)> set);
-  // Answers an open (reply()) with the mount's read-ahead at `kb`.
+  // Answers an open (reply()) with the mount's read-ahead at `kb` (0: any).
   void answer(unsigned kb, const std::function<void()>& reply);
 
  private:

@@ -113,10 +113,12 @@ class OpenFile {
   virtual size_t read_for_push(uint64_t off, size_t size, char* buf) { return read(off, size, buf); }
   // The read-ahead the kernel should use for this file (ReadPolicy::choose_readahead_kb), given
   // the mount's and whether pushes are on; asked at open where the daemon sets read-ahead per
-  // file. Default: the mount's.
+  // file. 0 (the default: sidecars, small text files): no preference, the open is answered with
+  // whatever the mount has.
   virtual unsigned choose_readahead_kb(bool push, unsigned mount_kb) {
     (void)push;
-    return mount_kb;
+    (void)mount_kb;
+    return 0;
   }
   bool direct_io = false;  // only for files whose content changes (stats.json)
   bool keep_cache = true;  // files never change under a mount
