@@ -16,7 +16,8 @@ void MemoryArray::plan(const Region& r, const DestView& dst, ReadPlan& plan) con
   if (r.empty()) return;
   auto src_strides = c_strides(shape_, dtype_.itemsize);
   const uint8_t* src = bytes_.data();
-  for (size_t k = 0; k < r.start.size(); ++k) src += r.start[k] * src_strides[k];
+  // C-order strides of a shape: never negative.
+  for (size_t k = 0; k < r.start.size(); ++k) src += r.start[k] * static_cast<uint64_t>(src_strides[k]);
   Region region = r;
   DestView d = dst;
   const size_t itemsize = dtype_.itemsize;

@@ -16,10 +16,6 @@
 
 namespace h5d {
 
-ArrayPtr make_virtual_array(Engine& engine, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st);
-ArrayPtr make_library_array(Engine& engine, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st,
-                            const std::string& reason);
-
 namespace {
 
 std::string coords_str(const Shape& c) {
@@ -331,8 +327,8 @@ class ChunkedArray final : public DatasetArray {
       try {
         auto fd = engine_.fds().get(info_->file, &st_.file_id);
         ctx->layout = fmt::read_layout(*fd, st_.geo, st_.ohdr_addr);
-        Shape dims(info_->shape.begin(), info_->shape.begin() + ds_rank_);
-        Shape maxdims(info_->maxshape.begin(), info_->maxshape.begin() + ds_rank_);
+        Shape dims(info_->shape.data(), info_->shape.data() + ds_rank_);
+        Shape maxdims(info_->maxshape.data(), info_->maxshape.data() + ds_rank_);
         const uint64_t h5_elem_size = chunk_bytes_ / std::max<uint64_t>(1, product(info_->chunks));
         ctx->map = fmt::read_chunk_map(*fd, st_.geo, ctx->layout, dims, maxdims, h5_elem_size, filtered_);
         FdCache::verify(info_->file, st_.file_id);

@@ -110,9 +110,10 @@ void StackArray::walk(const Region& r, const DestView& dst, Src&& src, Fill&& fi
     }
     const auto& P = mod.pieces;
     // First piece ending (in frames) after f0.
-    size_t i = std::upper_bound(P.begin(), P.end(), f0,
-                                [C](uint64_t f, const Piece& p) { return f < (p.out_row + p.rows) * C; }) -
-               P.begin();
+    size_t i = static_cast<size_t>(
+        std::upper_bound(P.begin(), P.end(), f0,
+                         [C](uint64_t f, const Piece& p) { return f < (p.out_row + p.rows) * C; }) -
+        P.begin());
     uint64_t f = f0;
     for (; i < P.size() && f < f1; ++i) {
       const Piece& p = P[i];
@@ -241,7 +242,7 @@ std::vector<uint8_t> StackArray::coverage() const {
   for (size_t m = 0; m < modules_.size(); ++m) {
     if (!modules_[m].array) continue;
     for (const Piece& p : modules_[m].pieces)
-      std::fill_n(out.begin() + m * N + p.out_row, p.rows, uint8_t(1));
+      std::fill_n(out.data() + m * N + p.out_row, p.rows, uint8_t(1));
   }
   return out;
 }

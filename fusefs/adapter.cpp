@@ -137,8 +137,8 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   if (c.at_init) c.at_init(c, conn);
   c.initialized = true;
   // We do not implement readdirplus; let the kernel use plain readdir + lookup.
-  conn->want &= ~FUSE_CAP_READDIRPLUS;
-  conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+  conn->want &= ~static_cast<unsigned>(FUSE_CAP_READDIRPLUS);  // want is unsigned
+  conn->want &= ~static_cast<unsigned>(FUSE_CAP_READDIRPLUS_AUTO);
 }
 
 fuse_entry_param entry_of(fuse_req_t req, const vfs::Attr& a) {

@@ -360,9 +360,9 @@ ArrayPtr Detector::array(const std::string& name, StackOrder order) {
       mods.push_back({run_->key_array(src_.modules[i].second, name), gm->pieces[i]});
     layout.squeeze = k.squeeze;
   } else {
-    mods.resize(src_.n_modules);
+    mods.resize(static_cast<size_t>(src_.n_modules));
     for (size_t i = 0; i < src_.modules.size(); ++i)
-      mods[src_.modules[i].first - src_.modnos_start_at] = {
+      mods[static_cast<size_t>(src_.modules[i].first - src_.modnos_start_at)] = {
           run_->key_array(src_.modules[i].second, name), gm->pieces[i]};
     layout.frames_first = true;
     layout.cells = k.cells;
@@ -394,7 +394,7 @@ std::vector<uint8_t> Detector::filled(const std::string& name, StackOrder order)
   if (order == StackOrder::ModulesFirst) {
     std::vector<uint8_t> out(src_.modules.size() * N, 1);
     for (size_t m = 0; m < src_.modules.size(); ++m)
-      for (const auto& p : gm->pieces[m]) std::fill_n(out.begin() + m * N + p.out_row, p.rows, 0);
+      for (const auto& p : gm->pieces[m]) std::fill_n(out.data() + m * N + p.out_row, p.rows, 0);
     return out;
   }
   const uint64_t S = uint64_t(src_.n_modules), C = k.cells;
@@ -433,7 +433,7 @@ std::vector<uint64_t> Detector::inner_ids(const std::string& field) {
   auto gm = group_map(k.group, true);
   std::vector<uint8_t> have(M * F, 0);
   for (size_t m = 0; m < M; ++m)
-    for (const auto& p : gm->pieces[m]) std::fill_n(have.begin() + m * F + p.out_row, p.rows, 1);
+    for (const auto& p : gm->pieces[m]) std::fill_n(have.data() + m * F + p.out_row, p.rows, 1);
   // _collect_inner_ids: NO_PULSE_ID = 9999 where no module has data, min over modules; then
   // 9999 -> 0 and min must equal max.
   constexpr uint64_t NO_ID = 9999;

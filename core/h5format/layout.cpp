@@ -263,7 +263,7 @@ class HeaderWalker {
       c.need(size);
       const uint8_t* data = c.here();
       Where mw{&src_, type == kMsgLayout ? "data layout message" : "object header message",
-               w.addr + (data - buf)};
+               w.addr + static_cast<uint64_t>(data - buf)};
       if (type == kMsgLayout) {
         layout_ = decode_layout(mw, geo_, data, size);
         found_ = true;

@@ -12,6 +12,9 @@
 
 #include "config/options.h"
 
+// libFuzzer's entry point, declared as its FuzzerInterface.h does.
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const std::string body(reinterpret_cast<const char*>(data + 1), size - 1);

@@ -21,6 +21,9 @@ h5d::FilterInfo F(int id, std::vector<unsigned> cd = {}) {
 
 }  // namespace
 
+// libFuzzer's entry point, declared as its FuzzerInterface.h does.
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 3) return 0;
   const uint8_t sel = data[0];

@@ -47,6 +47,9 @@ LayoutInfo synthetic_layout(const uint8_t* c, const FileGeometry& geo) {
 
 }  // namespace
 
+// libFuzzer's entry point, declared as its FuzzerInterface.h does.
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 16) return 0;
   const uint8_t* c = data;

@@ -67,7 +67,7 @@ int32_t value_at(uint64_t n, uint64_t i) { return static_cast<int32_t>((n * 131 
 // One H5Dwrite of the whole dataset (All) or of its last quarter along dimension 0 (Tail).
 void write_whole(hid_t d, const FixtureSpec& s) {
   const int rank = static_cast<int>(s.dims.size());
-  std::vector<hsize_t> start(rank, 0), count = s.dims;
+  std::vector<hsize_t> start(s.dims.size(), 0), count = s.dims;
   if (s.pattern == WritePattern::Tail) {
     start[0] = s.dims[0] - s.dims[0] / 4;
     count[0] = s.dims[0] / 4;
@@ -172,7 +172,7 @@ void create_fixture(const std::string& path, const FixtureSpec& s) {
   hid_t d = checked(H5Dcreate2(f, "data", H5T_STD_I32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), "H5Dcreate");
 
   uint64_t total = 1;
-  for (int k = 0; k < rank; ++k) total *= (s.dims[k] + s.chunk[k] - 1) / s.chunk[k];
+  for (size_t k = 0; k < s.dims.size(); ++k) total *= (s.dims[k] + s.chunk[k] - 1) / s.chunk[k];
   uint64_t chunk_elems = 1;
   for (auto c : s.chunk) chunk_elems *= c;
   std::vector<int32_t> buf(chunk_elems);
@@ -238,7 +238,8 @@ Oracle query_oracle(const std::string& path, hsize_t full_limit, hsize_t sample)
   o.ohdr_addr = info.addr;
   hid_t space = H5Dget_space(d);
   const int rank = H5Sget_simple_extent_ndims(space);
-  std::vector<hsize_t> dims(rank), maxdims(rank), chunk(rank);
+  const size_t urank = static_cast<size_t>(std::max(rank, 0));
+  std::vector<hsize_t> dims(urank), maxdims(urank), chunk(urank);
   H5Sget_simple_extent_dims(space, dims.data(), maxdims.data());
   H5Sclose(space);
   hid_t type = H5Dget_type(d);
@@ -249,7 +250,7 @@ Oracle query_oracle(const std::string& path, hsize_t full_limit, hsize_t sample)
   o.filtered = H5Pget_nfilters(dcpl) > 0;
   H5Pget_chunk_opts(dcpl, &o.chunk_opts);
   H5Pclose(dcpl);
-  for (int k = 0; k < rank; ++k) {
+  for (size_t k = 0; k < urank; ++k) {
     o.dims.push_back(dims[k]);
     o.maxdims.push_back(maxdims[k] == H5S_UNLIMITED ? ~uint64_t(0) : maxdims[k]);
     o.chunk.push_back(chunk[k]);
@@ -261,7 +262,7 @@ Oracle query_oracle(const std::string& path, hsize_t full_limit, hsize_t sample)
   // order). H5Dget_chunk_info_by_coord goes through the index lookup, which is right: use it.
   o.complete = o.nchunks <= full_limit;
   uint64_t grid_total = 1;
-  for (int k = 0; k < rank; ++k) grid_total *= (dims[k] + chunk[k] - 1) / chunk[k];
+  for (size_t k = 0; k < urank; ++k) grid_total *= (dims[k] + chunk[k] - 1) / chunk[k];
   const uint64_t step = o.complete ? 1 : std::max<uint64_t>(1, grid_total / std::max<hsize_t>(sample, 1));
   for_each_chunk(dims, chunk, [&](uint64_t n, const std::vector<hsize_t>& start, const std::vector<hsize_t>&) {
     if (!o.complete) {

@@ -49,7 +49,7 @@ struct FixtureSpec {
   bool alloc_early = false;
   bool dont_filter_partial = false;
   hsize_t userblock = 0;
-  int sizeof_offsets = 8;           // 4 → H5Pset_sizes(fcpl, 4, 4)
+  size_t sizeof_offsets = 8;        // 4 → H5Pset_sizes(fcpl, 4, 4)
   int n_attrs = 0;
   bool track_order = false;         // attribute creation order tracked (v2 header flag bit 2)                  // attributes added after creation (header continuation)
   WritePattern pattern = WritePattern::All;

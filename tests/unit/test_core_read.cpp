@@ -303,7 +303,7 @@ TEST_CASE("corrupt chunks fail with an error naming file, dataset and chunk; oth
     CHECK(msg.find("/data") != std::string::npos);
     CHECK(msg.find("chunk (3,0,0)") != std::string::npos);
   }
-  for (uint64_t i : {0, 1, 2, 4, 7}) {
+  for (uint64_t i : {0u, 1u, 2u, 4u, 7u}) {
     e.read_bytes(*a, i * frame, frame, buf.data());
     REQUIRE(std::memcmp(buf.data(), oracle.data() + i * frame, frame) == 0);
   }

@@ -38,7 +38,7 @@ ArrayPtr module_array(uint64_t rows, const Shape& entry, int seed) {
   s.insert(s.end(), entry.begin(), entry.end());
   std::vector<uint8_t> b(product(s) * 2);
   for (size_t i = 0; i < product(s); ++i) {
-    uint16_t v = uint16_t(seed * 7919 + i * 3 + 1);
+    uint16_t v = uint16_t(static_cast<size_t>(seed) * 7919 + i * 3 + 1);
     std::memcpy(b.data() + 2 * i, &v, 2);
   }
   return std::make_shared<MemoryArray>(s, u2(), std::move(b), "module " + std::to_string(seed));
@@ -90,7 +90,7 @@ void check_stack(Engine& engine, std::vector<StackArray::Module> mods, const Sha
     uint64_t x = rng() % ref.size(), y = x + rng() % (ref.size() - x + 1);
     std::vector<uint8_t> part(y - x);
     engine.read_bytes(a, x, part.size(), part.data());
-    REQUIRE(std::equal(part.begin(), part.end(), ref.begin() + x));
+    REQUIRE(std::equal(part.begin(), part.end(), ref.data() + x));
   }
 }
 

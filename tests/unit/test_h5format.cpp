@@ -468,7 +468,7 @@ TEST_CASE("h5format: layout message found after a v1 continuation block", "[h5fo
   f.u(0x08, 2), f.u(24, 2), f.u(0, 4);             // layout v3 contiguous
   f.u(3, 1), f.u(1, 1), f.u(4096, 8), f.u(800, 8), f.u(0, 6);
   f.pad_to(300);
-  for (uint64_t base : {0, 1000}) {
+  for (uint64_t base : {0u, 1000u}) {
     std::vector<uint8_t> bytes(base, 0xab);
     bytes.insert(bytes.end(), f.b.begin(), f.b.end());
     bytes.resize(bytes.size() + 5000);
@@ -602,13 +602,13 @@ void move_layout_into_continuation(std::vector<uint8_t>& b, uint64_t oh, uint64_
   }
   INFO("object header version " << (v2 ? 2 : 1) << ", " << conts.size() << " continuation blocks");
   REQUIRE(target);
-  std::fill(b.begin() + target->data_pos, b.begin() + target->data_pos + target->size, 0);
-  std::copy(b.begin() + layout->data_pos, b.begin() + layout->data_pos + layout->size, b.begin() + target->data_pos);
+  std::fill(b.data() + target->data_pos, b.data() + target->data_pos + target->size, 0);
+  std::copy(b.data() + layout->data_pos, b.data() + layout->data_pos + layout->size, b.data() + target->data_pos);
   if (v2) {
     b[target->type_pos] = 8;
     b[layout->type_pos] = 0;
     auto put = [&](size_t at, uint32_t v) {
-      for (int i = 0; i < 4; ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
+      for (size_t i = 0; i < 4; ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
     };
     put(end, checksum_lookup3(&b[oh], end - oh));
     put(caddr + clen - 4, checksum_lookup3(&b[caddr], clen - 4));
@@ -725,7 +725,7 @@ TEST_CASE("h5format: v1 B-tree child pointing to itself or beyond EOF", "[h5form
   const size_t child0 = root + 8 + 16 + key;  // first child pointer
   auto with_child = [&](uint64_t v) {
     std::vector<uint8_t> b = good;
-    for (int i = 0; i < 8; ++i) b[child0 + i] = static_cast<uint8_t>(v >> (8 * i));
+    for (size_t i = 0; i < 8; ++i) b[child0 + i] = static_cast<uint8_t>(v >> (8 * i));
     return b;
   };
   CHECK_FALSE(parses(with_child(root - o.geo.base), o));

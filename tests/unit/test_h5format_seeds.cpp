@@ -57,7 +57,7 @@ TEST_CASE("h5format: write fuzz seeds", "[.h5format_seeds]") {
     std::vector<uint8_t> bytes(16, 0);
     bytes[0] = (o.geo.sizeof_offsets == 4 ? 1 : 0) | (o.geo.sizeof_lengths == 4 ? 2 : 0) | (o.filtered ? 0x40 : 0);
     bytes[1] = static_cast<uint8_t>(o.geo.base / 512);
-    for (int i = 0; i < 4; ++i) bytes[2 + i] = static_cast<uint8_t>(o.ohdr_addr >> (8 * i));
+    for (size_t i = 0; i < 4; ++i) bytes[2 + i] = static_cast<uint8_t>(o.ohdr_addr >> (8 * i));
     for (size_t k = 0; k < o.dims.size() && k < 4; ++k)
       bytes[6 + k] = static_cast<uint8_t>((o.dims[k] + o.chunk[k] - 1) / o.chunk[k] - 1);
     for (size_t k = 0; k < o.dims.size() && k < 4; ++k)

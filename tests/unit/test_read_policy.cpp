@@ -169,8 +169,8 @@ TEST_CASE("read policy: two readers of one open file keep a stream each", "[vfs]
   p.choose_readahead_kb(true, 1024);
   PageCache cache;
   uint64_t next[2] = {0, n / 2 * kUnit}, requests = 0, prefetched = 0, ahead = 0;
-  for (int step = 0; step < 2000; ++step) {
-    const int t = step % 2;
+  for (unsigned step = 0; step < 2000; ++step) {
+    const unsigned t = step % 2;
     if (next[t] >= (t + 1) * n / 2 * kUnit) continue;
     const uint64_t page = kHeader + next[t];
     ++requests;

@@ -61,7 +61,7 @@ void make_vds_rows(const std::string& path, const std::string& src_a, const std:
 
 std::vector<Target> make_targets() {
   std::vector<Target> out;
-  for (int i = 0; i < 6; ++i) {
+  for (uint32_t i = 0; i < 6; ++i) {
     const std::string file = scratch_path("stress_" + std::to_string(i) + ".h5");
     ::unlink(file.c_str());
     FileSpec f{file, i % 2 == 1};

@@ -39,7 +39,7 @@ std::string numpy_v1_128(const std::string& dict) {
 uint64_t header_len_field(const std::string& h) {
   if (h[6] == 1) return static_cast<uint8_t>(h[8]) | static_cast<uint8_t>(h[9]) << 8;
   uint64_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(h[8 + i]);
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(h[8 + static_cast<size_t>(i)]);
   return v;
 }
 
