@@ -137,6 +137,12 @@ void apply_option(MountOptions& m, const std::string& item, const std::string& o
     } else if (key == "max_open_files") {
       need_value();
       m.engine.max_open_files = static_cast<unsigned>(parse_uint(key, v, 1, 1u << 20));
+    } else if (key == "hdf5_helpers") {
+      need_value();
+      m.engine.helper.count = static_cast<unsigned>(parse_uint(key, v, 1, 64));
+    } else if (key == "hdf5_timeout") {
+      need_value();
+      m.engine.helper.timeout_ms = static_cast<unsigned>(parse_uint(key, v, 1, 3600)) * 1000;
     } else if (key == "vds_missing") {
       need_value();
       if (v == "error") m.engine.vds_missing_fill = false;
@@ -288,6 +294,8 @@ files under MOUNTPOINT (read-only unless -o rw).
   -o threads=N         decode threads (default: number of cores)
   -o cache_size=SIZE   decoded-chunk cache (e.g. 512M, 4G; default 1/8 of RAM, at most 4G)
   -o max_open_files=N  file descriptors kept open (default 128)
+  -o hdf5_helpers=N    helper processes that run libhdf5 for the daemon (default 2)
+  -o hdf5_timeout=S    a libhdf5 call taking longer is killed, its file marked bad (default 30)
   -o vds_missing=error|fill  reads touching a missing VDS source fail with EIO (default) or
                        read as the fill value
   -o prefetch_max=SIZE largest sequential prefetch window per open file (default 64M)

@@ -226,7 +226,7 @@ void add_dataset_files(const TreeContext& ctx, std::vector<ChildEntry>& out, H5F
   }
   out.push_back({name + ".json", make_text_file(
                                      [engine, fpath, dset_path, npy_offset] {
-                                       auto i = engine->open_file(fpath)->dataset_info(dset_path);
+                                       auto i = engine->open_file(fpath)->dataset_details(dset_path);
                                        return json_text(dataset_sidecar(*i, npy_offset));
                                      },
                                      meta)});

@@ -596,7 +596,7 @@ void Run::load_keys_locked(Source& s) {
       k.hdf5_type = info->hdf5_type;
       k.dtype = info->dtype;
       if (!info->shape.empty()) k.entry_shape.assign(info->shape.begin() + 1, info->shape.end());
-      k.attrs = info->attrs;
+      k.attrs = f->attributes(k.dset_path);
       if (s.is_control() && ends_with(k.name, ".value")) {
         // KeyData._find_attributes: CONTROL attributes live on the parent group (and win).
         std::string parent = k.dset_path.substr(0, k.dset_path.find_last_of('/'));
@@ -608,7 +608,7 @@ void Run::load_keys_locked(Source& s) {
           else k.attrs.emplace_back(an, attr.second);
         }
       }
-      if (!k.is_array) k.small_value = info->small_value;
+      if (!k.is_array) k.small_value = f->dataset_details(k.dset_path)->small_value;
       s.keys_.push_back(std::move(k));
     }
   } catch (const std::exception& e) {
