@@ -86,34 +86,30 @@ void read_all(int fd, void* data, size_t n, Clock::time_point deadline, const st
   }
 }
 
-// Blocking versions for the helper's side (no deadline: the daemon bounds the time).
-bool read_blocking(int fd, void* data, size_t n) {
-  char* p = static_cast<char*>(data);
+// Blocking transfers for the helper's side (no deadline: the daemon bounds the time). `io` is
+// read or send; false at EOF or on an error.
+template <class Buf, class Io>
+bool transfer_blocking(Buf* data, size_t n, Io io) {
   while (n) {
-    const ssize_t r = ::read(fd, p, n);
+    const ssize_t r = io(data, n);
     if (r == 0) return false;
     if (r < 0) {
       if (errno == EINTR) continue;
       return false;
     }
-    p += r;
+    data += r;
     n -= static_cast<size_t>(r);
   }
   return true;
 }
 
+bool read_blocking(int fd, void* data, size_t n) {
+  return transfer_blocking(static_cast<char*>(data), n, [fd](char* p, size_t k) { return ::read(fd, p, k); });
+}
+
 bool write_blocking(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n) {
-    const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
+  return transfer_blocking(static_cast<const char*>(data), n,
+                           [fd](const char* p, size_t k) { return ::send(fd, p, k, MSG_NOSIGNAL); });
 }
 
 }  // namespace

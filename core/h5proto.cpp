@@ -63,26 +63,16 @@ void In::raw(void* out, size_t n) {
   p_ += n;
 }
 
-uint8_t In::u8() {
-  uint8_t v;
-  raw(&v, 1);
+template <class T>
+T In::scalar() {
+  T v;
+  raw(&v, sizeof v);
   return v;
 }
-uint32_t In::u32() {
-  uint32_t v;
-  raw(&v, 4);
-  return v;
-}
-uint64_t In::u64() {
-  uint64_t v;
-  raw(&v, 8);
-  return v;
-}
-double In::f64() {
-  double v;
-  raw(&v, 8);
-  return v;
-}
+uint8_t In::u8() { return scalar<uint8_t>(); }
+uint32_t In::u32() { return scalar<uint32_t>(); }
+uint64_t In::u64() { return scalar<uint64_t>(); }
+double In::f64() { return scalar<double>(); }
 
 size_t In::count(size_t min_bytes) {
   const uint64_t n = u64();

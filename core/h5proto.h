@@ -95,6 +95,8 @@ class In {
   unsigned depth = 0;  // current nesting (Values, types)
 
  private:
+  template <class T>
+  T scalar();
   const uint8_t* p_;
   const uint8_t* end_;
 };
