@@ -224,7 +224,7 @@ void add_dataset_files(const TreeContext& ctx, std::vector<ChildEntry>& out, H5F
     out.push_back({name + ".npy", make_array_file(ctx, ArrayFormat::Npy, spec, meta)});
     out.push_back({name + ".raw", make_array_file(ctx, ArrayFormat::Raw, std::move(spec), meta)});
   }
-  out.push_back({name + ".json", make_text_file(
+  out.push_back({name + ".json", make_lazy_text_file(
                                      [engine, fpath, dset_path, npy_offset] {
                                        auto i = engine->open_file(fpath)->dataset_details(dset_path);
                                        return json_text(dataset_sidecar(*i, npy_offset));
