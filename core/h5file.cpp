@@ -176,6 +176,17 @@ std::vector<LinkEntry> H5File::list_group(const std::string& group_path) {
   hsize_t idx = 0;
   if (H5Literate(g.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, cb, &ctx) < 0)
     h5::fail_h5(EIO, path_ + ":" + group_path + ": cannot list group");
+  // The groups on the way here, by (file, object address): a hard, soft or external link back
+  // to one of them would make an endless tree.
+  std::vector<std::pair<unsigned long, haddr_t>> ancestors;
+  for (size_t pos = 1; pos <= group_path.size(); ++pos) {
+    if (pos != 1 && pos != group_path.size() && group_path[pos] != '/') continue;
+    const std::string prefix = pos == 1 ? "/" : group_path.substr(0, pos);
+    H5O_info_t oi;
+    if (H5Oget_info_by_name2(fid, prefix.c_str(), &oi, H5O_INFO_BASIC, H5P_DEFAULT) >= 0)
+      ancestors.emplace_back(oi.fileno, oi.addr);
+  }
+  H5Eclear2(H5E_DEFAULT);
   std::vector<LinkEntry> out;
   for (const auto& [name, ltype] : ctx.links) {
     LinkEntry e;
@@ -183,6 +194,11 @@ std::vector<LinkEntry> H5File::list_group(const std::string& group_path) {
     H5O_info_t oinfo;
     if (H5Oget_info_by_name2(g.get(), name.c_str(), &oinfo, H5O_INFO_BASIC, H5P_DEFAULT) < 0) {
       H5Eclear2(H5E_DEFAULT);  // dangling soft or external link: not shown
+      continue;
+    }
+    if (oinfo.type == H5O_TYPE_GROUP &&
+        std::find(ancestors.begin(), ancestors.end(), std::make_pair(oinfo.fileno, oinfo.addr)) != ancestors.end()) {
+      log::info(path_ + ":" + join_h5(group_path, name) + ": left out, a link back to a group above it");
       continue;
     }
     e.kind = oinfo.type == H5O_TYPE_GROUP ? ObjectKind::Group
@@ -381,11 +397,20 @@ void read_layout_and_filters(hid_t dcpl, size_t ds_rank, DatasetInfo& info) {
 
 // One element's bytes in the file type (no conversion); zeros when undefined.
 void read_fill_value(hid_t dcpl, hid_t ftype, DatasetInfo& info) {
-  size_t h5_elem = H5Tget_size(ftype);
+  // Types served converted (DatasetInfo::convert_type): the fill value converted alike.
+  h5::Handle mtype;
+  if (info.convert_type) {
+    try {
+      mtype = h5::standard_type(ftype);
+    } catch (const Error&) {
+    }
+  }
+  const hid_t ftype_served = mtype ? mtype.get() : ftype;
+  size_t h5_elem = H5Tget_size(ftype_served);
   info.fill_value.assign(h5_elem, 0);
   H5D_fill_value_t fv;
   if (info.is_array && H5Pfill_value_defined(dcpl, &fv) >= 0 && fv == H5D_FILL_VALUE_USER_DEFINED) {
-    if (H5Pget_fill_value(dcpl, ftype, info.fill_value.data()) >= 0) info.fill_value_defined = true;
+    if (H5Pget_fill_value(dcpl, ftype_served, info.fill_value.data()) >= 0) info.fill_value_defined = true;
   }
   H5Eclear2(H5E_DEFAULT);
   if (info.is_array && h5_elem != info.dtype.itemsize && info.dtype.itemsize &&
@@ -418,6 +443,15 @@ void read_storage(hid_t fid, hid_t d, hid_t dcpl, const std::string& file, const
   // With a user block, 1.10 adds the base address even to HADDR_UNDEF: trust the storage size.
   st.contiguous_addr = (off == HADDR_UNDEF || st.storage_size == 0) ? fmt::kUndefAddr : off;
   st.external = info.layout == "contiguous" && H5Pget_external_count(dcpl) > 0;
+  H5Eclear2(H5E_DEFAULT);
+  // A metadata cache image holds object headers that were never written where the file says
+  // they are: only libhdf5 (which loads the image) can find the dataset's layout.
+  haddr_t image_addr = HADDR_UNDEF;
+  hsize_t image_len = 0;
+  if (H5Fget_mdc_image_info(fid, &image_addr, &image_len) >= 0 && image_addr != HADDR_UNDEF && image_len > 0) {
+    st.library_only = true;
+    st.library_reason = "metadata cache image (object headers live in it)";
+  }
   H5Eclear2(H5E_DEFAULT);
   // Datasets reached through an external link in an intermediate group live in another file.
   ssize_t n = H5Fget_name(d, nullptr, 0);

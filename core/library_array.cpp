@@ -2,6 +2,7 @@
 // has helpers: the bytes come back over the boundary). Correct for everything the library
 // reads, but serialised: used only where no direct path exists, and every use is counted with
 // its reason in the stats and (with -o debug) logged.
+#include <algorithm>
 #include <cstring>
 
 #include "core/dataset.h"
@@ -71,6 +72,31 @@ class LibraryArray final : public Array {
   std::string what_;
 };
 
+// Marks the bytes of one element of `t` (at `base`) that a field covers, compounds nested.
+void cover(const DType& t, size_t base, std::vector<bool>& mask) {
+  if (!t.is_struct()) {
+    for (size_t k = base; k < std::min(mask.size(), base + t.itemsize); ++k) mask[k] = true;
+    return;
+  }
+  for (const Field& f : t.fields) {
+    if (f.type.empty()) continue;
+    const uint64_t n = std::max<uint64_t>(1, product(f.subshape));
+    for (uint64_t i = 0; i < n; ++i) cover(f.type[0], base + f.offset + i * f.type[0].itemsize, mask);
+  }
+}
+
+// Bytes of compound elements that no field covers read as zeros, as h5py gives them (libhdf5
+// copies them from the file when the memory type equals the file type).
+void zero_gaps(const DType& t, std::vector<uint8_t>& buf) {
+  if (!t.is_struct() || t.itemsize == 0) return;
+  std::vector<bool> mask(t.itemsize, false);
+  cover(t, 0, mask);
+  if (std::find(mask.begin(), mask.end(), false) == mask.end()) return;
+  for (size_t e = 0; e + t.itemsize <= buf.size(); e += t.itemsize)
+    for (size_t k = 0; k < t.itemsize; ++k)
+      if (!mask[k]) buf[e + k] = 0;
+}
+
 }  // namespace
 
 std::vector<uint8_t> library_read_local(H5File& file, const std::string& dset_path,
@@ -105,6 +131,8 @@ std::vector<uint8_t> library_read_local(H5File& file, const std::string& dset_pa
   h5::check(H5Dread(dset.get(), mtype ? mtype.get() : ftype.get(), mspace.get(), fspace.get(), H5P_DEFAULT,
                     buf.data()),
             "H5Dread");
+  lk.unlock();
+  zero_gaps(info->dtype, buf);
   return buf;
 }
 
