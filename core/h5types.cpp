@@ -206,6 +206,16 @@ bool convert(hid_t t, DType& out, Shape* subshape, std::string& why) {
   return true;
 }
 
+bool has_bitfield(hid_t m) {
+  const H5T_class_t c = H5Tget_class(m);
+  if (c == H5T_BITFIELD) return true;
+  if (c == H5T_ARRAY) return has_bitfield(Handle(H5Tget_super(m)).get());
+  if (c != H5T_COMPOUND) return false;
+  for (int i = 0, k = H5Tget_nmembers(m); i < k; ++i)
+    if (has_bitfield(Handle(H5Tget_member_type(m, static_cast<unsigned>(i))).get())) return true;
+  return false;
+}
+
 bool needs_conversion_impl(hid_t t, std::string& why) {
   const size_t size = H5Tget_size(t);
   switch (H5Tget_class(t)) {
@@ -244,15 +254,8 @@ bool needs_conversion_impl(hid_t t, std::string& why) {
     }
     case H5T_COMPOUND: {
       const int n = H5Tget_nmembers(t);
-      // Bytes no member covers: h5py reads them as zeros, the file may hold anything there.
-      std::vector<bool> covered(size, false);
-      for (int i = 0; i < n; ++i) {
-        Handle mt(H5Tget_member_type(t, static_cast<unsigned>(i)));
-        const size_t off = H5Tget_member_offset(t, static_cast<unsigned>(i)), ms = H5Tget_size(mt.get());
-        for (size_t k = off; k < std::min(size, off + ms); ++k) covered[k] = true;
-      }
-      if (std::find(covered.begin(), covered.end(), false) != covered.end()) {
-        why = "compound with bytes between its members (h5py reads them as zeros)";
+      if (gaps_read_as_zeros(t)) {
+        why = "compound of bitfields with bytes between its members (h5py converts it: they read as zeros)";
         return true;
       }
       for (int i = 0; i < n; ++i) {
@@ -350,6 +353,21 @@ Handle standard_type_impl(hid_t t) {
 }  // namespace
 
 bool needs_conversion(hid_t type, std::string& why) { return needs_conversion_impl(type, why); }
+
+bool gaps_read_as_zeros(hid_t t) {
+  if (H5Tget_class(t) != H5T_COMPOUND) return false;
+  // Bytes no member covers (the file may hold anything there).
+  const size_t size = H5Tget_size(t);
+  std::vector<bool> covered(size, false);
+  for (int i = 0, n = H5Tget_nmembers(t); i < n; ++i) {
+    Handle mt(H5Tget_member_type(t, static_cast<unsigned>(i)));
+    const size_t off = H5Tget_member_offset(t, static_cast<unsigned>(i)), ms = H5Tget_size(mt.get());
+    for (size_t k = off; k < std::min(size, off + ms); ++k) covered[k] = true;
+  }
+  // h5py converts bitfields (to unsigned integers) and then has zeros there; without that
+  // conversion (other conversions included) they are the file's bytes, in h5py as here.
+  return std::find(covered.begin(), covered.end(), false) != covered.end() && has_bitfield(t);
+}
 
 Handle standard_type(hid_t type) { return standard_type_impl(type); }
 

@@ -85,8 +85,8 @@ void cover(const DType& t, size_t base, std::vector<bool>& mask) {
   }
 }
 
-// Bytes of compound elements that no field covers read as zeros, as h5py gives them (libhdf5
-// copies them from the file when the memory type equals the file type).
+// Bytes of compound elements that no field covers: zeros after a conversion, as h5py gives
+// them (without one, libhdf5 and h5py copy them from the file, and so does h5direct).
 void zero_gaps(const DType& t, std::vector<uint8_t>& buf) {
   if (!t.is_struct() || t.itemsize == 0) return;
   std::vector<bool> mask(t.itemsize, false);
@@ -131,8 +131,9 @@ std::vector<uint8_t> library_read_local(H5File& file, const std::string& dset_pa
   h5::check(H5Dread(dset.get(), mtype ? mtype.get() : ftype.get(), mspace.get(), fspace.get(), H5P_DEFAULT,
                     buf.data()),
             "H5Dread");
+  const bool zeros = h5::gaps_read_as_zeros(ftype.get());
   lk.unlock();
-  zero_gaps(info->dtype, buf);
+  if (zeros) zero_gaps(info->dtype, buf);
   return buf;
 }
 
