@@ -295,16 +295,25 @@ std::shared_ptr<const DatasetInfo> H5File::dataset_info(const std::string& dset_
   StorageInfo st;
   std::shared_ptr<const DatasetInfo> info;
   if (HelperPool* hp = engine_.helpers()) {
-    auto got = helper::call<std::pair<DatasetInfo, StorageInfo>>(*hp, proto::Op::DatasetInfo, path_,
-                                                                 dset_path, dset_path);
-    proto::validate(got.first, got.second);
-    st = got.second;
-    info = std::make_shared<const DatasetInfo>(std::move(got.first));
+    info = remote_info(*hp, proto::Op::DatasetInfo, dset_path, st);
   } else {
     info = load_info(dset_path, st);
   }
+  return remember(dset_path, info, st);
+}
+
+std::shared_ptr<const DatasetInfo> H5File::remote_info(HelperPool& hp, proto::Op op, const std::string& dset_path,
+                                                       StorageInfo& st) {
+  auto got = helper::call<std::pair<DatasetInfo, StorageInfo>>(hp, op, path_, dset_path, dset_path);
+  proto::validate(got.first, got.second);
+  st = got.second;
+  return std::make_shared<const DatasetInfo>(std::move(got.first));
+}
+
+std::shared_ptr<const DatasetInfo> H5File::remember(const std::string& dset_path,
+                                                    std::shared_ptr<const DatasetInfo> info, const StorageInfo& st) {
   std::lock_guard<std::mutex> lk(mu_);
-  auto [it, inserted] = infos_.emplace(dset_path, info);
+  auto [it, inserted] = infos_.emplace(dset_path, std::move(info));
   if (inserted) storage_.emplace(dset_path, st);
   return it->second;
 }
@@ -578,6 +587,15 @@ std::shared_ptr<const DatasetInfo> H5File::load_info(const std::string& dset_pat
 }
 
 std::shared_ptr<const DatasetInfo> H5File::dataset_details(const std::string& dset_path) {
+  if (HelperPool* hp = engine_.helpers()) {  // one round trip; what listing needs is kept
+    StorageInfo st;
+    auto full = remote_info(*hp, proto::Op::DatasetDetails, dset_path, st);
+    auto listed = std::make_shared<DatasetInfo>(*full);
+    listed->attrs.clear();
+    listed->small_value = Value{};
+    remember(dset_path, listed, st);
+    return full;
+  }
   auto d = std::make_shared<DatasetInfo>(*dataset_info(dset_path));
   d->attrs = attributes(dset_path);
   if (!d->is_array) {

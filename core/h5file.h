@@ -19,6 +19,10 @@
 namespace h5d {
 
 class Engine;
+class HelperPool;
+namespace proto {
+enum class Op : uint16_t;
+}
 
 enum class ObjectKind { Group, Dataset, Other };
 
@@ -120,6 +124,12 @@ class H5File : public std::enable_shared_from_this<H5File> {
 
  private:
   std::shared_ptr<const DatasetInfo> load_info(const std::string& dset_path, StorageInfo& st);
+  // A helper's answer to op (DatasetInfo or DatasetDetails), validated.
+  std::shared_ptr<const DatasetInfo> remote_info(HelperPool& hp, proto::Op op, const std::string& dset_path,
+                                                 StorageInfo& st);
+  // Caches info and st (the first one kept when two threads race); returns the cached info.
+  std::shared_ptr<const DatasetInfo> remember(const std::string& dset_path, std::shared_ptr<const DatasetInfo> info,
+                                              const StorageInfo& st);
 
   Engine& engine_;
   std::string path_;

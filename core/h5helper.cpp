@@ -363,9 +363,10 @@ std::string dispatch(Engine& engine, Op op, proto::In& in, const std::string& fi
     case Op::ListGroup: proto::put(o, f->list_group(arg<std::string>(in))); break;
     case Op::KindOf: proto::put(o, f->kind_of(arg<std::string>(in))); break;
     case Op::Attributes: proto::put(o, f->attributes(arg<std::string>(in))); break;
-    case Op::DatasetInfo: {
+    case Op::DatasetInfo:
+    case Op::DatasetDetails: {
       const auto path = arg<std::string>(in);
-      auto info = f->dataset_info(path);
+      auto info = op == Op::DatasetInfo ? f->dataset_info(path) : f->dataset_details(path);
       proto::put(o, *info);
       proto::put(o, f->storage_info(path));
       break;
@@ -426,7 +427,7 @@ int serve(int fd) {
   EngineOptions eo;
   eo.threads = 1;
   eo.cache_bytes = 16ull << 20;
-  eo.max_open_files = 64;
+  eo.max_open_files = 128;  // as the daemon's default: each helper sees a share of the files
   Engine engine(eo);  // no helper options: libhdf5 in this process
   const char* fault_control = std::getenv("H5DIRECT_HELPER_FAULT_FILE");
   for (;;) {

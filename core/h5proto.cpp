@@ -24,6 +24,7 @@ const char* op_name(Op op) {
     case Op::MetaReadStrings: return "read_strings";
     case Op::MetaListDatasets: return "list_datasets";
     case Op::MetaListMembers: return "list_members";
+    case Op::DatasetDetails: return "dataset_details";
   }
   return "?";
 }

@@ -42,7 +42,8 @@ enum class Op : uint16_t {
   MetaReadStrings,
   MetaListDatasets,
   MetaListMembers,
-  Last = MetaListMembers,
+  DatasetDetails,
+  Last = DatasetDetails,
 };
 const char* op_name(Op op);
 

@@ -590,13 +590,13 @@ void Run::load_keys_locked(Source& s) {
       std::replace(k.name.begin(), k.name.end(), '/', '.');
       k.dset_path = base + "/" + rel;
       k.group = s.is_control() ? "" : k.name.substr(0, k.name.find('.'));
-      auto info = f->dataset_info(k.dset_path);
+      auto info = f->dataset_details(k.dset_path);  // with attributes and small value
       k.is_array = info->is_array;
       k.why_not_array = info->why_not_array;
       k.hdf5_type = info->hdf5_type;
       k.dtype = info->dtype;
       if (!info->shape.empty()) k.entry_shape.assign(info->shape.begin() + 1, info->shape.end());
-      k.attrs = f->attributes(k.dset_path);
+      k.attrs = info->attrs;
       if (s.is_control() && ends_with(k.name, ".value")) {
         // KeyData._find_attributes: CONTROL attributes live on the parent group (and win).
         std::string parent = k.dset_path.substr(0, k.dset_path.find_last_of('/'));
@@ -608,7 +608,7 @@ void Run::load_keys_locked(Source& s) {
           else k.attrs.emplace_back(an, attr.second);
         }
       }
-      if (!k.is_array) k.small_value = f->dataset_details(k.dset_path)->small_value;
+      if (!k.is_array) k.small_value = info->small_value;
       s.keys_.push_back(std::move(k));
     }
   } catch (const std::exception& e) {
