@@ -259,6 +259,8 @@ std::string Vfs::render_stats() {
   j["bytes_pread"] = st.bytes_pread.load();
   j["bytes_pushed"] = st.bytes_pushed.load();
   j["library_reads"] = st.library_reads.load();
+  if (HelperPool* hp = engine_.helpers())  // libhdf5 calls answered by the helper processes
+    j["hdf5_helper"] = {{"requests", hp->requests()}, {"failures", hp->failures()}};
   j["errors"] = st.errors.load();
   json fb = json::object();
   for (const auto& [why, n] : st.fallbacks()) fb[why] = n;

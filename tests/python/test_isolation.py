@@ -93,6 +93,8 @@ def test_files_that_crash_libhdf5_cost_only_their_own_requests():
         assert any(f'in {call}' in log for call in ('dataset_details', 'attributes', 'read_value')), log
         assert not any('good.h5' in p for p in eio), eio
         check_good(m.path('good.h5'), data)
+        helper = m.stats()['hdf5_helper']
+        assert helper['failures'] >= 1 and helper['requests'] > helper['failures'], helper
         # Everything else stays readable after the crashes, again and again.
         for _ in range(3):
             walk_everything(m.path('good.h5'))
