@@ -1,6 +1,7 @@
 #include "core/h5types.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -118,9 +119,26 @@ bool scalar_typestr(hid_t t, std::string& out, std::string& why) {
       }
       out = "|S" + std::to_string(size);
       return true;
-    case H5T_OPAQUE:
+    case H5T_OPAQUE: {
       out = "|V" + std::to_string(size);
+      // h5py tags the opaque types it writes for numpy datetime64/timedelta64 ("NUMPY:<M8[s]")
+      // and reads them back as that dtype: so do we, when the tag is one and the size fits.
+      char* tag = H5Tget_tag(t);
+      if (tag) {
+        const std::string s(tag);
+        H5free_memory(tag);
+        const std::string p = "NUMPY:";
+        if (s.size() > p.size() + 3 && s.compare(0, p.size(), p) == 0) {
+          const std::string d = s.substr(p.size());
+          const bool order = d[0] == '<' || d[0] == '>';
+          const bool kind = d.compare(1, 2, "M8") == 0 || d.compare(1, 2, "m8") == 0;
+          const bool unit = d.size() > 5 && d[3] == '[' && d.back() == ']' &&
+                            std::all_of(d.begin() + 4, d.end() - 1, [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
+          if (order && kind && unit && size == 8) out = d;
+        }
+      }
       return true;
+    }
     case H5T_ENUM: {
       if (is_h5py_bool(t)) {
         out = "|b1";

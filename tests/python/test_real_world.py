@@ -1,0 +1,52 @@
+"""Real-world file classes (issue 14) made with h5py, each checked against h5py/numpy: tagged
+opaque datetime64, zero-size datasets memory-mapped, groups linking back to an ancestor, names
+too long to list. (The corpus ones: test_corpus.py.)"""
+import json
+import os
+import os.path as osp
+
+import h5py
+import numpy as np
+
+from h5d_testlib import Mount, make_tmpdir
+
+
+def test_real_world_classes():
+    src = make_tmpdir('rw-src-')
+    p = osp.join(src, 'f.h5')
+    t = np.array(['2020-01-01T00:00:01', '2021-05-05', 'NaT'], dtype='datetime64[s]')
+    long_name = 'L' * 3000
+    with h5py.File(p, 'w') as f:
+        f.create_dataset('t', data=t.view(h5py.opaque_dtype(t.dtype)))
+        f.create_dataset('td', data=np.arange(4).astype('timedelta64[ms]').view(h5py.opaque_dtype('<m8[ms]')))
+        f['empty'] = np.zeros((0, 5), '<f4')
+        f.create_dataset('empty_chunked', shape=(0, 3), maxshape=(None, 3), dtype='<i8')
+        g = f.create_group('g')
+        g['x'] = np.arange(3)
+        g['loop'] = g        # hard link back to itself
+        g['up'] = f['/']     # and to the root
+        g[long_name] = np.arange(2)
+        g['after_long'] = np.arange(4)
+    with h5py.File(p, 'r') as f:
+        want_t, want_td = f['t'][()], f['td'][()]
+        assert want_t.dtype == np.dtype('<M8[s]')  # h5py's reading of the tag
+    m = Mount(src)
+    try:
+        got = np.load(m.path('f.h5', 't.npy'))
+        assert got.dtype == want_t.dtype and np.array_equal(got, want_t, equal_nan=True)
+        got = np.load(m.path('f.h5', 'td.npy'))
+        assert got.dtype == want_td.dtype and np.array_equal(got, want_td)
+        with open(m.path('f.h5', 't.json')) as fj:
+            assert json.load(fj)['dtype'] == '<M8[s]'
+        for name, shape in [('empty', (0, 5)), ('empty_chunked', (0, 3))]:
+            a = np.load(m.path('f.h5', name + '.npy'), mmap_mode='r')
+            assert a.shape == shape
+        listing = sorted(os.listdir(m.path('f.h5', 'g')))
+        assert listing == ['after_long.json', 'after_long.npy', 'after_long.raw',
+                           'x.json', 'x.npy', 'x.raw'], listing
+        assert np.array_equal(np.load(m.path('f.h5', 'g', 'after_long.npy')), np.arange(4))
+        log = m.log()
+        assert 'left out, a link back to a group above it' in log and 'g/loop' in log, log
+        assert 'too long to list' in log, log
+    finally:
+        m.close()
