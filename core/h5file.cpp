@@ -163,6 +163,9 @@ std::vector<LinkEntry> H5File::list_group(const std::string& group_path) {
   hid_t fid = handle();
   h5::Handle g(H5Gopen2(fid, group_path.c_str(), H5P_DEFAULT));
   if (!g) {
+    // The root group always exists: a file whose root cannot be opened is damaged (EIO, logged
+    // with libhdf5's reason), not empty.
+    if (group_path == "/") h5::fail_h5(EIO, path_ + ": cannot open the root group");
     H5Eclear2(H5E_DEFAULT);
     fail(ENOENT, path_ + ":" + group_path + ": not a group");
   }

@@ -1,6 +1,7 @@
 """Real-world file classes (issue 14) made with h5py, each checked against h5py/numpy: tagged
 opaque datetime64, zero-size datasets memory-mapped, groups linking back to an ancestor, names
 too long to list. (The corpus ones: test_corpus.py.)"""
+import errno
 import json
 import os
 import os.path as osp
@@ -30,8 +31,19 @@ def test_real_world_classes():
     with h5py.File(p, 'r') as f:
         want_t, want_td = f['t'][()], f['td'][()]
         assert want_t.dtype == np.dtype('<M8[s]')  # h5py's reading of the tag
+    ok = open(p, 'rb').read()
+    with open(osp.join(src, 'unopenable.h5'), 'wb') as fb:  # the superblock zeroed after the signature
+        fb.write(ok[:8] + bytes(56) + ok[64:])
     m = Mount(src)
     try:
+        # A file libhdf5 cannot open: listed, then EIO with a log line saying why.
+        assert 'unopenable.h5' in os.listdir(m.mnt)
+        try:
+            os.listdir(m.path('unopenable.h5'))
+            raise AssertionError('listing an unopenable file succeeded')
+        except OSError as e:
+            assert e.errno == errno.EIO, e
+        assert 'unopenable.h5: cannot open as HDF5' in m.log(), m.log()
         got = np.load(m.path('f.h5', 't.npy'))
         assert got.dtype == want_t.dtype and np.array_equal(got, want_t, equal_nan=True)
         got = np.load(m.path('f.h5', 'td.npy'))
