@@ -601,6 +601,18 @@ std::shared_ptr<const DatasetInfo> H5File::dataset_details(const std::string& ds
   }
   auto d = std::make_shared<DatasetInfo>(*dataset_info(dset_path));
   d->attrs = attributes(dset_path);
+  for (VdsMapping& m : d->vds) {  // sources whose file is there but not the dataset
+    if (m.resolved_file.empty()) continue;
+    ObjectKind k = ObjectKind::Other;
+    try {
+      k = engine_.open_file(m.resolved_file)->kind_of(m.dataset_name);
+    } catch (const std::exception& e) {
+      m.source_missing = e.what();
+      continue;
+    }
+    if (k != ObjectKind::Dataset) m.source_missing = "no dataset " + m.dataset_name + " in " + m.resolved_file +
+                                                     " (a dangling soft or external link?)";
+  }
   if (!d->is_array) {
     try {
       d->small_value = read_value(dset_path, 1000);

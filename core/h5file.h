@@ -46,6 +46,9 @@ struct VdsMapping {
   std::string resolved_file;  // absolute path found by HDF5's rules, "" if not found
   Hyperslab vspace, srcspace;
   Shape src_shape;            // source dataset extent when it could be opened
+  // The file is found but the dataset is not there (a dangling soft or external link on its
+  // path, say): why. Only from H5File::dataset_details.
+  std::string source_missing;
 };
 
 struct DatasetInfo {

@@ -248,6 +248,7 @@ void put(Out& o, const VdsMapping& m) {
   put(o, m.vspace);
   put(o, m.srcspace);
   put_shape(o, m.src_shape);
+  o.str(m.source_missing);
 }
 
 void get(In& in, VdsMapping& m) {
@@ -257,6 +258,7 @@ void get(In& in, VdsMapping& m) {
   get(in, m.vspace);
   get(in, m.srcspace);
   get_shape(in, m.src_shape);
+  m.source_missing = in.str();
 }
 
 void put(Out& o, ObjectKind k) { o.u8(static_cast<uint8_t>(k)); }

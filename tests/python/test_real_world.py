@@ -62,3 +62,23 @@ def test_real_world_classes():
         assert 'too long to list' in log, log
     finally:
         m.close()
+
+
+def test_vds_source_behind_a_missing_external_link_is_in_missing_files():
+    src = make_tmpdir('rw-vds-')
+    with h5py.File(osp.join(src, 'a.h5'), 'w') as f:
+        f['present'] = np.arange(4, dtype='<i4')
+        f['linked'] = h5py.ExternalLink('gone.h5', '/data')  # gone.h5 does not exist
+    with h5py.File(osp.join(src, 'vds.h5'), 'w') as f:
+        lay = h5py.VirtualLayout(shape=(2, 4), dtype='<i4')
+        lay[0] = h5py.VirtualSource('a.h5', 'present', shape=(4,))
+        lay[1] = h5py.VirtualSource('a.h5', 'linked', shape=(4,))
+        f.create_virtual_dataset('v', lay, fillvalue=-1)
+    m = Mount(src)
+    try:
+        with open(m.path('vds.h5', 'v.json')) as fj:
+            v = json.load(fj)['virtual']
+        assert v['missing_files'] == ['a.h5:linked'], v
+        assert [bool(mp.get('source_missing')) for mp in v['mappings']] == [False, True], v
+    finally:
+        m.close()
