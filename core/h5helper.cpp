@@ -263,6 +263,14 @@ std::string HelperPool::call(proto::Op op, const std::string& file, const std::s
   std::string reply;
   proto::Header rh;
   try {
+    // A helper that died while idle (killed from outside, say) is restarted, not blamed on
+    // this request's file.
+    int status = 0;
+    if (s.pid > 0 && ::waitpid(s.pid, &status, WNOHANG) == s.pid) {
+      ::close(s.fd);
+      s.fd = -1;
+      s.pid = -1;
+    }
     if (s.pid < 0) spawn(s);
     const auto deadline = Clock::now() + std::chrono::milliseconds(opts_.timeout_ms);
     const std::string timeout_why = "timed out after " + std::to_string(opts_.timeout_ms) + " ms";
