@@ -2,6 +2,9 @@
 // Started by mount.h5direct with one end of a socketpair as descriptor 3; answers requests until
 // the daemon closes it, and dies with the daemon.
 #include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <syslog.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -27,8 +30,19 @@ int main(int argc, char** argv) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (parent > 0 && ::getppid() != parent) return 0;  // the daemon died before we got here
   ::signal(SIGINT, SIG_IGN);  // the daemon decides when we stop (it closes our socket)
-  h5d::log::set_sink([](h5d::log::Level, const std::string& m) {
-    std::fprintf(stderr, "h5direct-helper[%d]: %s\n", static_cast<int>(::getpid()), m.c_str());
-  });
+  // A daemon (not -f) has its stdio on /dev/null and logs to syslog: so do we then.
+  struct stat st;
+  const bool devnull = ::fstat(2, &st) == 0 && S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3);
+  if (devnull) {
+    ::openlog("h5direct-helper", LOG_PID, LOG_DAEMON);
+    h5d::log::set_sink([](h5d::log::Level l, const std::string& m) {
+      const int prio = l == h5d::log::Level::Error ? LOG_ERR : l == h5d::log::Level::Warn ? LOG_WARNING : LOG_INFO;
+      ::syslog(prio, "%s", m.c_str());
+    });
+  } else {
+    h5d::log::set_sink([](h5d::log::Level, const std::string& m) {
+      std::fprintf(stderr, "h5direct-helper[%d]: %s\n", static_cast<int>(::getpid()), m.c_str());
+    });
+  }
   return h5d::helper::serve(fd);
 }
