@@ -7,6 +7,7 @@ Goal: (1)+(2) < 1 s, (3) < 100 ms each.
 Usage: H5DIRECT_BIN=build/fusefs/mount.h5direct bench_run_mount.py [--seq-files 20] [--keep DIR]
 """
 import argparse
+import json
 import os
 import os.path as osp
 import shutil
@@ -59,6 +60,10 @@ def main():
               f'total {(t_mount + t_list) * 1e3:.0f} ms (goal < 1000); '
               f'mount.h5direct CPU during the walk {(c1 - c0) * 1e3:.0f} ms, '
               f'load average {os.getloadavg()[0]:.1f}')
+        with open(osp.join(mnt, '.h5direct', 'stats.json')) as f:
+            helper = json.load(f).get('hdf5_helper')
+        if helper:
+            print(f'HDF5 helper requests so far: {helper["requests"]} ({helper["failures"]} failed)')
         for rel in ['SPB_DET_AGIPD1M-1/DET/7CH0:xtdf/image.data.npy',
                     'SPB_DET_AGIPD1M-1/DET/15CH0:xtdf/image.cellId.npy',
                     'SPB_DET_AGIPD1M-1/image.data.npy',

@@ -41,10 +41,24 @@ class Mount:
                     return int(line.split()[1]) / 1024
 
     def cpu_seconds(self):
-        """utime + stime of the daemon (all threads), from /proc: robust to other load."""
-        with open(f'/proc/{self.proc.pid}/stat') as f:
-            fields = f.read().rsplit(')', 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+        """utime + stime of the daemon (all threads) and of its HDF5 helper processes (live
+        ones, and reaped ones through the daemon's cutime + cstime), from /proc: robust to
+        other load."""
+        def fields(pid):
+            with open(f'/proc/{pid}/stat') as f:
+                return f.read().rsplit(')', 1)[1].split()
+        d = fields(self.proc.pid)
+        ticks = sum(int(x) for x in d[11:15])
+        for entry in os.listdir('/proc'):
+            if not entry.isdigit() or int(entry) == self.proc.pid:
+                continue
+            try:
+                c = fields(entry)
+            except OSError:
+                continue
+            if int(c[1]) == self.proc.pid:  # ppid
+                ticks += int(c[11]) + int(c[12])
+        return ticks / os.sysconf('SC_CLK_TCK')
 
     def close(self):
         subprocess.run(['fusermount3', '-u', '-z', self.mnt], stdout=subprocess.DEVNULL,

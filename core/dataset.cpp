@@ -456,20 +456,16 @@ class ChunkedArray final : public DatasetArray {
 
 }  // namespace
 
+// Follows the one direct-or-library decision, made when the metadata was read
+// (decide_read_path in h5file.cpp: conversions, compact and external storage, unsupported
+// filters, other layouts all set st.library_only).
 ArrayPtr make_dataset_array(Engine& engine, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st) {
   if (!info->is_array) fail(EINVAL, info->file + ":" + info->path + ": not an array: " + info->why_not_array);
   if (st.library_only) return make_library_array(engine, info, st, st.library_reason);
-  if (info->layout == "contiguous") {
-    if (st.external) return make_library_array(engine, info, st, "external raw storage");
-    return std::make_shared<ContiguousArray>(engine, info, st.contiguous_addr, st.file_id);
-  }
-  if (info->layout == "chunked") {
-    std::string why;
-    if (!pipeline_supported(info->filters, &why)) return make_library_array(engine, info, st, why);
-    return std::make_shared<ChunkedArray>(engine, info, st);
-  }
+  if (info->layout == "contiguous") return std::make_shared<ContiguousArray>(engine, info, st.contiguous_addr, st.file_id);
+  if (info->layout == "chunked") return std::make_shared<ChunkedArray>(engine, info, st);
   if (info->layout == "virtual") return make_virtual_array(engine, info, st);
-  return make_library_array(engine, info, st, info->layout + " storage");
+  fail(EIO, info->file + ":" + info->path + ": " + info->layout + " layout without a library read path");
 }
 
 }  // namespace h5d

@@ -57,6 +57,7 @@ Engine::Engine(EngineOptions opts) : opts_(opts) {
   if (opts_.threads == 0) opts_.threads = std::max(1u, std::thread::hardware_concurrency());
   if (opts_.cache_bytes == 0) opts_.cache_bytes = default_cache_bytes();
   h5::init_library();
+  if (!opts_.helper.path.empty()) helpers_ = std::make_unique<HelperPool>(opts_.helper);
   pool_ = std::make_unique<ThreadPool>(opts_.threads);
   fds_ = std::make_unique<FdCache>(opts_.max_open_files);
   cache_ = std::make_unique<ChunkCache>(opts_.cache_bytes);

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/array.h"
+#include "core/h5helper.h"
 #include "core/threadpool.h"
 
 namespace h5d {
@@ -27,6 +28,7 @@ struct EngineOptions {
   uint64_t merge_gap = 0;          // uncompressed chunks closer than this are read in one pread
   bool vds_missing_fill = false;   // true: a missing VDS source reads as fill (libhdf5's way)
   unsigned prefetch_max_chunks = 64;  // sequential prefetch window cap
+  HelperOptions helper;            // libhdf5 in helper processes (path set) or in this one
 };
 
 // Counters shown in .h5direct/stats.json. Relaxed atomics: they are statistics, not state.
@@ -64,6 +66,9 @@ class Engine {
   ChunkCache& cache() { return *cache_; }
   BufferPool& buffers() { return *buffers_; }  // for decoded chunks
   Stats& stats() { return stats_; }
+  // The HDF5 helper processes every libhdf5 call goes to; nullptr: libhdf5 runs in this process
+  // (the helper itself, unit tests, library use).
+  HelperPool* helpers() { return helpers_.get(); }
 
   // Opens an HDF5 file (or returns the one already open). Throws Error(ENOENT/EIO/...).
   std::shared_ptr<H5File> open_file(const std::string& path);
@@ -86,6 +91,7 @@ class Engine {
   std::unique_ptr<FdCache> fds_;
   std::unique_ptr<ChunkCache> cache_;
   std::unique_ptr<BufferPool> buffers_;
+  std::unique_ptr<HelperPool> helpers_;
   std::mutex files_mu_;  // guards files_
   std::map<std::string, std::shared_ptr<H5File>> files_;
 };

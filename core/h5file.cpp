@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/fd_cache.h"
 #include "core/h5format/chunk_index.h"
+#include "core/h5helper.h"
 #include "core/h5lib.h"
 #include "core/h5types.h"
 #include "core/log.h"
@@ -128,7 +129,8 @@ H5File::~H5File() {
 }
 
 int64_t H5File::handle() {
-  // Caller holds the HDF5 lock.
+  // Caller holds the HDF5 lock. Never in a process that has helpers: libhdf5 runs there.
+  if (engine_.helpers()) fail(EIO, path_ + ": libhdf5 handle asked for in the daemon (a call that bypasses the helper)");
   auto& lru = open_handles();
   if (fid_ >= 0) {
     auto it = std::find(lru.begin(), lru.end(), this);
@@ -155,10 +157,15 @@ int64_t H5File::handle() {
 }
 
 std::vector<LinkEntry> H5File::list_group(const std::string& group_path) {
+  if (HelperPool* hp = engine_.helpers())
+    return helper::call<std::vector<LinkEntry>>(*hp, proto::Op::ListGroup, path_, group_path, group_path);
   h5::Lock lk = h5::lock();
   hid_t fid = handle();
   h5::Handle g(H5Gopen2(fid, group_path.c_str(), H5P_DEFAULT));
   if (!g) {
+    // The root group always exists: a file whose root cannot be opened is damaged (EIO, logged
+    // with libhdf5's reason), not empty.
+    if (group_path == "/") h5::fail_h5(EIO, path_ + ": cannot open the root group");
     H5Eclear2(H5E_DEFAULT);
     fail(ENOENT, path_ + ":" + group_path + ": not a group");
   }
@@ -172,6 +179,17 @@ std::vector<LinkEntry> H5File::list_group(const std::string& group_path) {
   hsize_t idx = 0;
   if (H5Literate(g.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, cb, &ctx) < 0)
     h5::fail_h5(EIO, path_ + ":" + group_path + ": cannot list group");
+  // The groups on the way here, by (file, object address): a hard, soft or external link back
+  // to one of them would make an endless tree.
+  std::vector<std::pair<unsigned long, haddr_t>> ancestors;
+  for (size_t pos = 1; pos <= group_path.size(); ++pos) {
+    if (pos != 1 && pos != group_path.size() && group_path[pos] != '/') continue;
+    const std::string prefix = pos == 1 ? "/" : group_path.substr(0, pos);
+    H5O_info_t oi;
+    if (H5Oget_info_by_name2(fid, prefix.c_str(), &oi, H5O_INFO_BASIC, H5P_DEFAULT) >= 0)
+      ancestors.emplace_back(oi.fileno, oi.addr);
+  }
+  H5Eclear2(H5E_DEFAULT);
   std::vector<LinkEntry> out;
   for (const auto& [name, ltype] : ctx.links) {
     LinkEntry e;
@@ -179,6 +197,11 @@ std::vector<LinkEntry> H5File::list_group(const std::string& group_path) {
     H5O_info_t oinfo;
     if (H5Oget_info_by_name2(g.get(), name.c_str(), &oinfo, H5O_INFO_BASIC, H5P_DEFAULT) < 0) {
       H5Eclear2(H5E_DEFAULT);  // dangling soft or external link: not shown
+      continue;
+    }
+    if (oinfo.type == H5O_TYPE_GROUP &&
+        std::find(ancestors.begin(), ancestors.end(), std::make_pair(oinfo.fileno, oinfo.addr)) != ancestors.end()) {
+      log::info(path_ + ":" + join_h5(group_path, name) + ": left out, a link back to a group above it");
       continue;
     }
     e.kind = oinfo.type == H5O_TYPE_GROUP ? ObjectKind::Group
@@ -207,6 +230,8 @@ std::vector<LinkEntry> H5File::list_group(const std::string& group_path) {
 }
 
 ObjectKind H5File::kind_of(const std::string& path) {
+  if (HelperPool* hp = engine_.helpers())
+    return helper::call<ObjectKind>(*hp, proto::Op::KindOf, path_, path, path);
   h5::Lock lk = h5::lock();
   hid_t fid = handle();
   if (path == "/") return ObjectKind::Group;
@@ -223,6 +248,9 @@ ObjectKind H5File::kind_of(const std::string& path) {
 }
 
 std::vector<std::pair<std::string, Value>> H5File::attributes(const std::string& object_path) {
+  if (HelperPool* hp = engine_.helpers())
+    return helper::call<std::vector<std::pair<std::string, Value>>>(*hp, proto::Op::Attributes, path_,
+                                                                    object_path, object_path);
   h5::Lock lk = h5::lock();
   hid_t fid = handle();
   h5::Handle obj(H5Oopen(fid, object_path.c_str(), H5P_DEFAULT));
@@ -249,6 +277,8 @@ std::vector<std::pair<std::string, Value>> H5File::attributes(const std::string&
 }
 
 Value H5File::read_value(const std::string& dset_path, uint64_t max_elements) {
+  if (HelperPool* hp = engine_.helpers())
+    return helper::call<Value>(*hp, proto::Op::ReadValue, path_, dset_path, dset_path, max_elements);
   h5::Lock lk = h5::lock();
   hid_t fid = handle();
   h5::Handle d(H5Dopen2(fid, dset_path.c_str(), H5P_DEFAULT));
@@ -266,93 +296,95 @@ std::shared_ptr<const DatasetInfo> H5File::dataset_info(const std::string& dset_
     if (it != infos_.end()) return it->second;
   }
   StorageInfo st;
-  auto info = load_info(dset_path, st);
+  std::shared_ptr<const DatasetInfo> info;
+  if (HelperPool* hp = engine_.helpers()) {
+    info = remote_info(*hp, proto::Op::DatasetInfo, dset_path, st);
+  } else {
+    info = load_info(dset_path, st);
+  }
+  return remember(dset_path, info, st);
+}
+
+std::shared_ptr<const DatasetInfo> H5File::remote_info(HelperPool& hp, proto::Op op, const std::string& dset_path,
+                                                       StorageInfo& st) {
+  auto got = helper::call<std::pair<DatasetInfo, StorageInfo>>(hp, op, path_, dset_path, dset_path);
+  proto::validate(got.first, got.second);
+  st = got.second;
+  return std::make_shared<const DatasetInfo>(std::move(got.first));
+}
+
+std::shared_ptr<const DatasetInfo> H5File::remember(const std::string& dset_path,
+                                                    std::shared_ptr<const DatasetInfo> info, const StorageInfo& st) {
   std::lock_guard<std::mutex> lk(mu_);
-  auto [it, inserted] = infos_.emplace(dset_path, info);
+  auto [it, inserted] = infos_.emplace(dset_path, std::move(info));
   if (inserted) storage_.emplace(dset_path, st);
   return it->second;
 }
 
-std::shared_ptr<const DatasetInfo> H5File::load_info(const std::string& dset_path, StorageInfo& st) {
-  h5::Lock lk = h5::lock();
-  hid_t fid = handle();
-  auto info = std::make_shared<DatasetInfo>();
-  info->file = path_;
-  info->path = dset_path;
-  st.file_id = identity_;
-  const std::string what = path_ + ":" + dset_path;
+namespace {
 
-  // A dataset reached through an external link lives in another file: describe it from there.
-  {
-    H5L_info_t li;
-    if (H5Lget_info(fid, dset_path.c_str(), &li, H5P_DEFAULT) >= 0 && li.type == H5L_TYPE_EXTERNAL) {
-      std::vector<char> buf(li.u.val_size + 1, 0);
-      const char* file = nullptr;
-      const char* obj = nullptr;
-      if (H5Lget_val(fid, dset_path.c_str(), buf.data(), buf.size(), H5P_DEFAULT) >= 0 &&
-          H5Lunpack_elink_val(buf.data(), buf.size(), nullptr, &file, &obj) >= 0 && file && obj) {
-        std::string target = resolve_vds_source(path_, file);
-        if (!target.empty()) {
-          std::string objpath = obj;
-          lk.unlock();
-          auto other = engine_.open_file(target);
-          auto inf = other->dataset_info(objpath);
-          st = other->storage_info(objpath);
-          return inf;
-        }
-      }
+// The steps of H5File::load_info, each one group of libhdf5 calls; callers hold the HDF5 lock.
+
+// A dataset reached through an external link lives in another file: its (file, path) there, or
+// ("", "") when `dset_path` is no external link or its file is not found.
+std::pair<std::string, std::string> external_link_target(hid_t fid, const std::string& file,
+                                                         const std::string& dset_path) {
+  std::pair<std::string, std::string> out;
+  H5L_info_t li;
+  if (H5Lget_info(fid, dset_path.c_str(), &li, H5P_DEFAULT) >= 0 && li.type == H5L_TYPE_EXTERNAL) {
+    std::vector<char> buf(li.u.val_size + 1, 0);
+    const char* f = nullptr;
+    const char* obj = nullptr;
+    if (H5Lget_val(fid, dset_path.c_str(), buf.data(), buf.size(), H5P_DEFAULT) >= 0 &&
+        H5Lunpack_elink_val(buf.data(), buf.size(), nullptr, &f, &obj) >= 0 && f && obj) {
+      std::string target = resolve_vds_source(file, f);
+      if (!target.empty()) out = {target, obj};
     }
-    H5Eclear2(H5E_DEFAULT);
   }
+  H5Eclear2(H5E_DEFAULT);
+  return out;
+}
 
-  h5::Handle d(H5Dopen2(fid, dset_path.c_str(), H5P_DEFAULT));
-  if (!d) {
-    H5Eclear2(H5E_DEFAULT);
-    fail(ENOENT, what + ": not a dataset");
-  }
-  h5::Handle ftype = h5::check(H5Dget_type(d.get()), what + ": H5Dget_type");
-  h5::Handle space = h5::check(H5Dget_space(d.get()), what + ": H5Dget_space");
-  h5::Handle dcpl = h5::check(H5Dget_create_plist(d.get()), what + ": H5Dget_create_plist");
-
-  const int rank = H5Sget_simple_extent_ndims(space.get());
+// Shape, maxshape and element type; array element types folded into the shape (`folded`).
+void read_type_and_shape(hid_t ftype, hid_t space, DatasetInfo& info, StorageInfo& st, Shape& folded) {
+  const int rank = H5Sget_simple_extent_ndims(space);
   std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 0))), maxdims(dims.size());
-  H5Sget_simple_extent_dims(space.get(), dims.data(), maxdims.data());
-  const bool null_space = H5Sget_simple_extent_type(space.get()) == H5S_NULL;
-  info->shape.assign(dims.begin(), dims.end());
-  for (auto m : maxdims) info->maxshape.push_back(m == H5S_UNLIMITED ? ~uint64_t(0) : m);
-  st.ds_rank = info->shape.size();
-
-  Shape folded;
-  info->is_array = h5::dtype_from_h5(ftype.get(), info->dtype, folded, info->why_not_array, info->hdf5_type);
-  if (null_space && info->is_array) {
-    info->is_array = false;
-    info->why_not_array = "null dataspace (no elements)";
+  H5Sget_simple_extent_dims(space, dims.data(), maxdims.data());
+  const bool null_space = H5Sget_simple_extent_type(space) == H5S_NULL;
+  info.shape.assign(dims.begin(), dims.end());
+  for (auto m : maxdims) info.maxshape.push_back(m == H5S_UNLIMITED ? ~uint64_t(0) : m);
+  st.ds_rank = info.shape.size();
+  info.is_array = h5::dtype_from_h5(ftype, info.dtype, folded, info.why_not_array, info.hdf5_type);
+  if (null_space && info.is_array) {
+    info.is_array = false;
+    info.why_not_array = "null dataspace (no elements)";
   }
   std::string conversion;
-  if (info->is_array && h5::needs_conversion(ftype.get(), conversion)) {
-    info->convert_type = true;
+  if (info.is_array && h5::needs_conversion(ftype, conversion)) {
+    info.convert_type = true;
     st.library_only = true;
     st.library_reason = conversion + " (converted by libhdf5)";
   }
-  if (info->is_array && !folded.empty()) {
-    info->shape.insert(info->shape.end(), folded.begin(), folded.end());
-    info->maxshape.insert(info->maxshape.end(), folded.begin(), folded.end());
-    // itemsize is that of the base element now.
+  if (info.is_array && !folded.empty()) {  // itemsize is that of the base element now
+    info.shape.insert(info.shape.end(), folded.begin(), folded.end());
+    info.maxshape.insert(info.maxshape.end(), folded.begin(), folded.end());
   }
+}
 
-  switch (H5Pget_layout(dcpl.get())) {
-    case H5D_COMPACT: info->layout = "compact"; break;
-    case H5D_CONTIGUOUS: info->layout = "contiguous"; break;
-    case H5D_CHUNKED: info->layout = "chunked"; break;
-    case H5D_VIRTUAL: info->layout = "virtual"; break;
-    default: info->layout = "unknown"; break;
+void read_layout_and_filters(hid_t dcpl, size_t ds_rank, DatasetInfo& info) {
+  switch (H5Pget_layout(dcpl)) {
+    case H5D_COMPACT: info.layout = "compact"; break;
+    case H5D_CONTIGUOUS: info.layout = "contiguous"; break;
+    case H5D_CHUNKED: info.layout = "chunked"; break;
+    case H5D_VIRTUAL: info.layout = "virtual"; break;
+    default: info.layout = "unknown"; break;
   }
-  if (info->layout == "chunked") {
-    std::vector<hsize_t> cd(dims.size());
-    H5Pget_chunk(dcpl.get(), static_cast<int>(cd.size()), cd.data());
-    info->chunks.assign(cd.begin(), cd.end());
+  if (info.layout == "chunked") {
+    std::vector<hsize_t> cd(ds_rank);
+    H5Pget_chunk(dcpl, static_cast<int>(cd.size()), cd.data());
+    info.chunks.assign(cd.begin(), cd.end());
   }
-  const int nf = H5Pget_nfilters(dcpl.get());
+  const int nf = H5Pget_nfilters(dcpl);
   for (int i = 0; i < nf; ++i) {
     FilterInfo f;
     unsigned flags = 0;
@@ -360,36 +392,51 @@ std::shared_ptr<const DatasetInfo> H5File::load_info(const std::string& dset_pat
     std::vector<unsigned> cd(nelmts);
     char name[256] = {0};
     unsigned config = 0;
-    H5Z_filter_t id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &nelmts, cd.data(), sizeof name, name, &config);
+    H5Z_filter_t id = H5Pget_filter2(dcpl, static_cast<unsigned>(i), &flags, &nelmts, cd.data(), sizeof name, name, &config);
     if (nelmts > cd.size()) {
       cd.resize(nelmts);
-      id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &nelmts, cd.data(), sizeof name, name, &config);
+      id = H5Pget_filter2(dcpl, static_cast<unsigned>(i), &flags, &nelmts, cd.data(), sizeof name, name, &config);
     }
     cd.resize(std::min(nelmts, cd.size()));
     f.id = static_cast<int>(id);
     f.flags = flags;
     f.name = name;
     f.cd_values = cd;
-    info->filters.push_back(f);
+    info.filters.push_back(f);
   }
   H5Eclear2(H5E_DEFAULT);
+}
 
-  // Fill value: one element's bytes in the file type (no conversion).
-  size_t h5_elem = H5Tget_size(ftype.get());
-  info->fill_value.assign(h5_elem, 0);
+// One element's bytes in the file type (no conversion); zeros when undefined.
+void read_fill_value(hid_t dcpl, hid_t ftype, DatasetInfo& info) {
+  // Types served converted (DatasetInfo::convert_type): the fill value converted alike.
+  h5::Handle mtype;
+  if (info.convert_type) {
+    try {
+      mtype = h5::standard_type(ftype);
+    } catch (const Error&) {
+    }
+  }
+  const hid_t ftype_served = mtype ? mtype.get() : ftype;
+  size_t h5_elem = H5Tget_size(ftype_served);
+  info.fill_value.assign(h5_elem, 0);
   H5D_fill_value_t fv;
-  if (info->is_array && H5Pfill_value_defined(dcpl.get(), &fv) >= 0 && fv == H5D_FILL_VALUE_USER_DEFINED) {
-    if (H5Pget_fill_value(dcpl.get(), ftype.get(), info->fill_value.data()) >= 0) info->fill_value_defined = true;
+  if (info.is_array && H5Pfill_value_defined(dcpl, &fv) >= 0 && fv == H5D_FILL_VALUE_USER_DEFINED) {
+    if (H5Pget_fill_value(dcpl, ftype_served, info.fill_value.data()) >= 0) info.fill_value_defined = true;
   }
   H5Eclear2(H5E_DEFAULT);
-  if (info->is_array && h5_elem != info->dtype.itemsize && h5_elem % info->dtype.itemsize == 0) {
+  if (info.is_array && h5_elem != info.dtype.itemsize && info.dtype.itemsize &&
+      h5_elem % info.dtype.itemsize == 0) {
     // Array element type folded into the shape: the fill value is that of one base element.
-    info->fill_value.resize(info->dtype.itemsize);
+    info.fill_value.resize(info.dtype.itemsize);
   }
+}
 
-  // Storage.
+// Where the bytes are: object header, user block and address sizes, contiguous address.
+void read_storage(hid_t fid, hid_t d, hid_t dcpl, const std::string& file, const DatasetInfo& info,
+                  StorageInfo& st) {
   H5O_info_t oinfo;
-  if (H5Oget_info2(d.get(), &oinfo, H5O_INFO_BASIC) >= 0) st.ohdr_addr = oinfo.addr;
+  if (H5Oget_info2(d, &oinfo, H5O_INFO_BASIC) >= 0) st.ohdr_addr = oinfo.addr;
   h5::Handle fcpl(H5Fget_create_plist(fid));
   if (fcpl) {
     hsize_t ub = 0;
@@ -400,67 +447,130 @@ std::shared_ptr<const DatasetInfo> H5File::load_info(const std::string& dset_pat
     st.geo.sizeof_offsets = static_cast<uint8_t>(so);
     st.geo.sizeof_lengths = static_cast<uint8_t>(sl);
   }
-  haddr_t off = H5Dget_offset(d.get());
+  haddr_t off = H5Dget_offset(d);
   // Only where it is needed: for a chunked dataset libhdf5 walks the whole chunk index to
   // answer, and a damaged index (a B-tree looping on itself) overflows its stack. Our own
   // index reader (h5format) checks loops and bounds when the dataset is read.
-  if (info->layout == "contiguous") st.storage_size = H5Dget_storage_size(d.get());
+  if (info.layout == "contiguous") st.storage_size = H5Dget_storage_size(d);
   // With a user block, 1.10 adds the base address even to HADDR_UNDEF: trust the storage size.
   st.contiguous_addr = (off == HADDR_UNDEF || st.storage_size == 0) ? fmt::kUndefAddr : off;
-  st.external = info->layout == "contiguous" && H5Pget_external_count(dcpl.get()) > 0;
+  st.external = info.layout == "contiguous" && H5Pget_external_count(dcpl) > 0;
+  H5Eclear2(H5E_DEFAULT);
+  // A metadata cache image holds object headers that were never written where the file says
+  // they are: only libhdf5 (which loads the image) can find the dataset's layout.
+  haddr_t image_addr = HADDR_UNDEF;
+  hsize_t image_len = 0;
+  if (H5Fget_mdc_image_info(fid, &image_addr, &image_len) >= 0 && image_addr != HADDR_UNDEF && image_len > 0) {
+    st.library_only = true;
+    st.library_reason = "metadata cache image (object headers live in it)";
+  }
   H5Eclear2(H5E_DEFAULT);
   // Datasets reached through an external link in an intermediate group live in another file.
-  {
-    ssize_t n = H5Fget_name(d.get(), nullptr, 0);
-    std::string fname(static_cast<size_t>(std::max<ssize_t>(n, 0)), '\0');
-    if (n > 0) H5Fget_name(d.get(), fname.data(), fname.size() + 1);
-    if (n > 0 && fname != path_ && basename_of(fname) != basename_of(path_)) {
-      st.library_only = true;
-      st.library_reason = "dataset lives in another file behind an external link";
-    }
+  ssize_t n = H5Fget_name(d, nullptr, 0);
+  std::string fname(static_cast<size_t>(std::max<ssize_t>(n, 0)), '\0');
+  if (n > 0) H5Fget_name(d, fname.data(), fname.size() + 1);
+  if (n > 0 && fname != file && basename_of(fname) != basename_of(file)) {
+    st.library_only = true;
+    st.library_reason = "dataset lives in another file behind an external link";
   }
+}
 
-  if (info->layout == "virtual") {
-    size_t count = 0;
-    if (H5Pget_virtual_count(dcpl.get(), &count) < 0) h5::fail_h5(EIO, what + ": H5Pget_virtual_count");
-    for (size_t i = 0; i < count; ++i) {
-      VdsMapping m;
-      ssize_t n = H5Pget_virtual_filename(dcpl.get(), i, nullptr, 0);
-      m.file_name.assign(static_cast<size_t>(std::max<ssize_t>(n, 0)), '\0');
-      H5Pget_virtual_filename(dcpl.get(), i, m.file_name.data(), m.file_name.size() + 1);
-      n = H5Pget_virtual_dsetname(dcpl.get(), i, nullptr, 0);
-      m.dataset_name.assign(static_cast<size_t>(std::max<ssize_t>(n, 0)), '\0');
-      H5Pget_virtual_dsetname(dcpl.get(), i, m.dataset_name.data(), m.dataset_name.size() + 1);
-      try {
-        h5::Handle vs = h5::check(H5Pget_virtual_vspace(dcpl.get(), i), "H5Pget_virtual_vspace");
-        h5::Handle ss = h5::check(H5Pget_virtual_srcspace(dcpl.get(), i), "H5Pget_virtual_srcspace");
-        m.vspace = read_selection(vs.get());
-        m.srcspace = read_selection(ss.get());
-        int srank = H5Sget_simple_extent_ndims(ss.get());
-        std::vector<hsize_t> sd(static_cast<size_t>(std::max(srank, 0)));
-        H5Sget_simple_extent_dims(ss.get(), sd.data(), nullptr);
-        m.src_shape.assign(sd.begin(), sd.end());
-      } catch (const Error& e) {
-        st.library_only = true;
-        st.library_reason = std::string("VDS mapping ") + std::to_string(i) + ": " + e.what();
-      }
-      if (m.file_name.find('%') != std::string::npos || m.dataset_name.find('%') != std::string::npos) {
-        st.library_only = true;
-        st.library_reason = "VDS with printf-style source names";
-      } else {
-        m.resolved_file = resolve_vds_source(path_, m.file_name);
-      }
-      info->vds.push_back(std::move(m));
-    }
-    if (!folded.empty()) {
+void read_vds_mappings(hid_t dcpl, const std::string& file, const std::string& what, bool folded,
+                       DatasetInfo& info, StorageInfo& st) {
+  size_t count = 0;
+  if (H5Pget_virtual_count(dcpl, &count) < 0) h5::fail_h5(EIO, what + ": H5Pget_virtual_count");
+  for (size_t i = 0; i < count; ++i) {
+    VdsMapping m;
+    ssize_t n = H5Pget_virtual_filename(dcpl, i, nullptr, 0);
+    m.file_name.assign(static_cast<size_t>(std::max<ssize_t>(n, 0)), '\0');
+    H5Pget_virtual_filename(dcpl, i, m.file_name.data(), m.file_name.size() + 1);
+    n = H5Pget_virtual_dsetname(dcpl, i, nullptr, 0);
+    m.dataset_name.assign(static_cast<size_t>(std::max<ssize_t>(n, 0)), '\0');
+    H5Pget_virtual_dsetname(dcpl, i, m.dataset_name.data(), m.dataset_name.size() + 1);
+    try {
+      h5::Handle vs = h5::check(H5Pget_virtual_vspace(dcpl, i), "H5Pget_virtual_vspace");
+      h5::Handle ss = h5::check(H5Pget_virtual_srcspace(dcpl, i), "H5Pget_virtual_srcspace");
+      m.vspace = read_selection(vs.get());
+      m.srcspace = read_selection(ss.get());
+      int srank = H5Sget_simple_extent_ndims(ss.get());
+      std::vector<hsize_t> sd(static_cast<size_t>(std::max(srank, 0)));
+      H5Sget_simple_extent_dims(ss.get(), sd.data(), nullptr);
+      m.src_shape.assign(sd.begin(), sd.end());
+    } catch (const Error& e) {
       st.library_only = true;
-      st.library_reason = "VDS of an array element type";
+      st.library_reason = std::string("VDS mapping ") + std::to_string(i) + ": " + e.what();
     }
+    if (m.file_name.find('%') != std::string::npos || m.dataset_name.find('%') != std::string::npos) {
+      st.library_only = true;
+      st.library_reason = "VDS with printf-style source names";
+    } else {
+      m.resolved_file = resolve_vds_source(file, m.file_name);
+    }
+    info.vds.push_back(std::move(m));
+  }
+  if (folded) {
+    st.library_only = true;
+    st.library_reason = "VDS of an array element type";
   }
   H5Eclear2(H5E_DEFAULT);
-  info->attrs.clear();
+}
+
+// The one direct-or-library decision (make_dataset_array follows st.library_only).
+void decide_read_path(DatasetInfo& info, StorageInfo& st) {
+  std::string why;
+  if (!info.is_array) {
+    info.read_path = "none: " + info.why_not_array;
+    return;
+  }
+  if (!st.library_only) {
+    if (info.layout == "compact") {
+      st.library_reason = "compact storage (bytes live in the object header)";
+    } else if (st.external) {
+      st.library_reason = "external raw storage";
+    } else if (info.layout == "chunked" && !pipeline_supported(info.filters, &why)) {
+      st.library_reason = why;
+    } else if (info.layout != "contiguous" && info.layout != "chunked" && info.layout != "virtual") {
+      st.library_reason = info.layout + " storage";
+    }
+    st.library_only = !st.library_reason.empty();
+  }
+  info.read_path = st.library_only ? "library: " + st.library_reason : "direct";
+}
+
+}  // namespace
+
+std::shared_ptr<const DatasetInfo> H5File::load_info(const std::string& dset_path, StorageInfo& st) {
+  h5::Lock lk = h5::lock();
+  hid_t fid = handle();
+  auto info = std::make_shared<DatasetInfo>();
+  info->file = path_;
+  info->path = dset_path;
+  st.file_id = identity_;
+  const std::string what = path_ + ":" + dset_path;
+
+  const auto [target, objpath] = external_link_target(fid, path_, dset_path);
+  if (!target.empty()) {
+    lk.unlock();
+    auto other = engine_.open_file(target);
+    auto inf = other->dataset_info(objpath);
+    st = other->storage_info(objpath);
+    return inf;
+  }
+  h5::Handle d(H5Dopen2(fid, dset_path.c_str(), H5P_DEFAULT));
+  if (!d) {
+    H5Eclear2(H5E_DEFAULT);
+    fail(ENOENT, what + ": not a dataset");
+  }
+  h5::Handle ftype = h5::check(H5Dget_type(d.get()), what + ": H5Dget_type");
+  h5::Handle space = h5::check(H5Dget_space(d.get()), what + ": H5Dget_space");
+  h5::Handle dcpl = h5::check(H5Dget_create_plist(d.get()), what + ": H5Dget_create_plist");
+  Shape folded;
+  read_type_and_shape(ftype.get(), space.get(), *info, st, folded);
+  read_layout_and_filters(dcpl.get(), st.ds_rank, *info);
+  read_fill_value(dcpl.get(), ftype.get(), *info);
+  read_storage(fid, d.get(), dcpl.get(), path_, *info, st);
+  if (info->layout == "virtual") read_vds_mappings(dcpl.get(), path_, what, !folded.empty(), *info, st);
   lk.unlock();
-  info->attrs = attributes(dset_path);
 
   // The chunk index type, from the layout message (one small read of the object header).
   if (info->is_array && info->layout == "chunked" && (!st.library_only || info->convert_type)) {
@@ -473,25 +583,43 @@ std::shared_ptr<const DatasetInfo> H5File::load_info(const std::string& dset_pat
       log::warn(what + ": cannot read the layout message: " + e.what());
     }
   }
-  std::string why;
-  if (!info->is_array) {
-    info->read_path = "none: " + info->why_not_array;
+  // Attribute values and the small value of a non-array are not read here: listing needs only
+  // this; the sidecar reads them when it is opened (attributes(), read_value()).
+  decide_read_path(*info, st);
+  return info;
+}
+
+std::shared_ptr<const DatasetInfo> H5File::dataset_details(const std::string& dset_path) {
+  if (HelperPool* hp = engine_.helpers()) {  // one round trip; what listing needs is kept
+    StorageInfo st;
+    auto full = remote_info(*hp, proto::Op::DatasetDetails, dset_path, st);
+    auto listed = std::make_shared<DatasetInfo>(*full);
+    listed->attrs.clear();
+    listed->small_value = Value{};
+    remember(dset_path, listed, st);
+    return full;
+  }
+  auto d = std::make_shared<DatasetInfo>(*dataset_info(dset_path));
+  d->attrs = attributes(dset_path);
+  for (VdsMapping& m : d->vds) {  // sources whose file is there but not the dataset
+    if (m.resolved_file.empty()) continue;
+    ObjectKind k = ObjectKind::Other;
     try {
-      info->small_value = read_value(dset_path, 1000);
+      k = engine_.open_file(m.resolved_file)->kind_of(m.dataset_name);
+    } catch (const std::exception& e) {
+      m.source_missing = e.what();
+      continue;
+    }
+    if (k != ObjectKind::Dataset) m.source_missing = "no dataset " + m.dataset_name + " in " + m.resolved_file +
+                                                     " (a dangling soft or external link?)";
+  }
+  if (!d->is_array) {
+    try {
+      d->small_value = read_value(dset_path, 1000);
     } catch (const std::exception&) {
     }
-  } else if (st.library_only) {
-    info->read_path = "library: " + st.library_reason;
-  } else if (info->layout == "compact") {
-    info->read_path = "library: compact storage (bytes live in the object header)";
-  } else if (st.external) {
-    info->read_path = "library: external raw storage";
-  } else if (info->layout == "chunked" && !pipeline_supported(info->filters, &why)) {
-    info->read_path = "library: " + why;
-  } else {
-    info->read_path = "direct";
   }
-  return info;
+  return d;
 }
 
 StorageInfo H5File::storage_info(const std::string& dset_path) {

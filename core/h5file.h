@@ -1,5 +1,7 @@
 // One HDF5 file: its groups, datasets and their metadata, read through libhdf5 under the one
 // global lock (h5lib.h), and the Array through which a dataset's bytes are read directly.
+// In a process with HDF5 helpers (Engine::helpers(), the daemon) every method that needs
+// libhdf5 asks a helper instead (h5helper.h); the helper runs these same methods in process.
 #pragma once
 #include <memory>
 #include <mutex>
@@ -17,6 +19,10 @@
 namespace h5d {
 
 class Engine;
+class HelperPool;
+namespace proto {
+enum class Op : uint16_t;
+}
 
 enum class ObjectKind { Group, Dataset, Other };
 
@@ -40,6 +46,9 @@ struct VdsMapping {
   std::string resolved_file;  // absolute path found by HDF5's rules, "" if not found
   Hyperslab vspace, srcspace;
   Shape src_shape;            // source dataset extent when it could be opened
+  // The file is found but the dataset is not there (a dangling soft or external link on its
+  // path, say): why. Only from H5File::dataset_details.
+  std::string source_missing;
 };
 
 struct DatasetInfo {
@@ -56,12 +65,13 @@ struct DatasetInfo {
   std::vector<FilterInfo> filters;
   std::vector<uint8_t> fill_value;  // one element's bytes (zeros when undefined)
   bool fill_value_defined = false;
-  std::vector<std::pair<std::string, Value>> attrs;
+  std::vector<std::pair<std::string, Value>> attrs;  // only from H5File::dataset_details
   std::vector<VdsMapping> vds;
   std::string read_path;     // "direct" or "library: <reason>"
   bool convert_type = false; // stored bytes differ from dtype's standard layout (h5::needs_conversion):
                              // read through libhdf5 into h5::standard_type
-  Value small_value;         // for non-arrays: the value itself when it is small (strings)
+  Value small_value;         // for non-arrays: the value itself when it is small (strings);
+                             // only from H5File::dataset_details
 };
 
 // What H5File learns about a dataset's storage, beyond the public DatasetInfo.
@@ -100,6 +110,9 @@ class H5File : public std::enable_shared_from_this<H5File> {
 
   // Metadata of a dataset (cached). Throws Error(ENOENT) when it is not a dataset.
   std::shared_ptr<const DatasetInfo> dataset_info(const std::string& dset_path);
+  // dataset_info plus what listing does not need: attribute values (attrs) and, for a
+  // non-array, its value when small (small_value). Not cached; for sidecars.
+  std::shared_ptr<const DatasetInfo> dataset_details(const std::string& dset_path);
   // The dataset's bytes as an Array (cached). Throws Error(EINVAL) when it is not an array.
   ArrayPtr dataset_array(const std::string& dset_path);
   // Reads a whole small dataset as a Value (strings included); used for run metadata.
@@ -114,6 +127,12 @@ class H5File : public std::enable_shared_from_this<H5File> {
 
  private:
   std::shared_ptr<const DatasetInfo> load_info(const std::string& dset_path, StorageInfo& st);
+  // A helper's answer to op (DatasetInfo or DatasetDetails), validated.
+  std::shared_ptr<const DatasetInfo> remote_info(HelperPool& hp, proto::Op op, const std::string& dset_path,
+                                                 StorageInfo& st);
+  // Caches info and st (the first one kept when two threads race); returns the cached info.
+  std::shared_ptr<const DatasetInfo> remember(const std::string& dset_path, std::shared_ptr<const DatasetInfo> info,
+                                              const StorageInfo& st);
 
   Engine& engine_;
   std::string path_;
@@ -124,5 +143,12 @@ class H5File : public std::enable_shared_from_this<H5File> {
   std::map<std::string, ArrayPtr> arrays_;
   std::map<std::string, StorageInfo> storage_;
 };
+
+// H5Dread of region (start, count) of the dataspace of `dset_path` (folded array dims whole),
+// in this process: the bytes in C order, in the dataset's dtype (converted by libhdf5 where
+// DatasetInfo::convert_type). Used by LibraryArray, directly or in a helper.
+std::vector<uint8_t> library_read_local(H5File& file, const std::string& dset_path,
+                                        const std::vector<uint64_t>& start,
+                                        const std::vector<uint64_t>& count);
 
 }  // namespace h5d

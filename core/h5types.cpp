@@ -1,6 +1,7 @@
 #include "core/h5types.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -32,6 +33,63 @@ bool is_h5py_bool(hid_t t) {
   return true;
 }
 
+// Bit layout of IEEE binary16/32/64: sign, exponent and mantissa positions and sizes, bias.
+struct FloatLayout {
+  size_t spos, epos, esize, mpos, msize, ebias;
+};
+bool ieee_layout(size_t size, FloatLayout& l) {
+  switch (size) {
+    case 2: l = {15, 10, 5, 0, 10, 15}; return true;
+    case 4: l = {31, 23, 8, 0, 23, 127}; return true;
+    case 8: l = {63, 52, 11, 0, 52, 1023}; return true;
+    default: return false;
+  }
+}
+
+// The numpy float h5py gives for a float type (h5py's TypeFloatID.py_dtype): the smallest of
+// float16/32/64/longdouble whose mantissa and exponent range hold the type's. 0 when none does.
+size_t h5py_float_size(hid_t t) {
+  size_t spos, epos, esize, mpos, msize;
+  if (H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize) < 0 || esize >= 63) return 0;
+  const long long bias = static_cast<long long>(H5Tget_ebias(t));
+  const long long maxexp = (1ll << esize) - bias - 1, minexp = 1 - bias;
+  struct Finfo {
+    size_t size, nmant;
+    long long maxexp, minexp;
+  };
+  // An explicit leading mantissa bit (x87 extended precision, normalisation "none") is not
+  // part of the fraction numpy counts.
+  if (H5Tget_norm(t) == H5T_NORM_NONE && msize > 0) --msize;
+  // numpy's finfo: nmant, maxexp, minexp of float16/32/64 and x86's longdouble.
+  for (const Finfo& f : {Finfo{2, 10, 16, -14}, Finfo{4, 23, 128, -126}, Finfo{8, 52, 1024, -1022},
+                         Finfo{16, 63, 16384, -16382}}) {
+    if (msize <= f.nmant && maxexp <= f.maxexp && minexp >= f.minexp) return f.size;
+  }
+  return 0;
+}
+
+bool is_ieee(hid_t t, size_t size) {
+  FloatLayout want{}, got{};
+  if (!ieee_layout(size, want) || H5Tget_size(t) != size) return false;
+  H5Tget_fields(t, &got.spos, &got.epos, &got.esize, &got.mpos, &got.msize);
+  got.ebias = H5Tget_ebias(t);
+  return got.spos == want.spos && got.epos == want.epos && got.esize == want.esize &&
+         got.mpos == want.mpos && got.msize == want.msize && got.ebias == want.ebias &&
+         H5Tget_precision(t) == 8 * size && H5Tget_offset(t) == 0 && H5Tget_norm(t) == H5T_NORM_IMPLIED;
+}
+
+bool is_native_ldouble(hid_t t) { return H5Tget_size(t) == 16 && H5Tequal(t, H5T_NATIVE_LDOUBLE) > 0; }
+
+// The numpy size a float type is served as: its own when IEEE (or the native long double),
+// else h5py's choice (bfloat16 -> float32, 12-byte long double -> longdouble); 0: none.
+size_t served_float_size(hid_t t) {
+  const size_t size = H5Tget_size(t);
+  if (is_ieee(t, size) || is_native_ldouble(t)) return size;
+  const size_t s = h5py_float_size(t);
+  if (s == 16 && H5Tget_order(t) != H5T_ORDER_LE) return 0;  // longdouble is little-endian here
+  return s;
+}
+
 bool scalar_typestr(hid_t t, std::string& out, std::string& why) {
   const size_t size = H5Tget_size(t);
   switch (H5Tget_class(t)) {
@@ -46,15 +104,12 @@ bool scalar_typestr(hid_t t, std::string& out, std::string& why) {
       return true;
     }
     case H5T_FLOAT: {
-      if (size != 2 && size != 4 && size != 8) {
-        if (size == 16 && H5Tequal(t, H5T_NATIVE_LDOUBLE) > 0) {
-          out = "<f16";
-          return true;
-        }
+      const size_t served = served_float_size(t);
+      if (served == 0) {
         why = "float of " + std::to_string(size) + " bytes";
         return false;
       }
-      out = std::string(1, order_char(t, size)) + "f" + std::to_string(size);
+      out = served == 16 ? "<f16" : std::string(1, order_char(t, served)) + "f" + std::to_string(served);
       return true;
     }
     case H5T_STRING:
@@ -64,9 +119,26 @@ bool scalar_typestr(hid_t t, std::string& out, std::string& why) {
       }
       out = "|S" + std::to_string(size);
       return true;
-    case H5T_OPAQUE:
+    case H5T_OPAQUE: {
       out = "|V" + std::to_string(size);
+      // h5py tags the opaque types it writes for numpy datetime64/timedelta64 ("NUMPY:<M8[s]")
+      // and reads them back as that dtype: so do we, when the tag is one and the size fits.
+      char* tag = H5Tget_tag(t);
+      if (tag) {
+        const std::string s(tag);
+        H5free_memory(tag);
+        const std::string p = "NUMPY:";
+        if (s.size() > p.size() + 3 && s.compare(0, p.size(), p) == 0) {
+          const std::string d = s.substr(p.size());
+          const bool order = d[0] == '<' || d[0] == '>';
+          const bool kind = d.compare(1, 2, "M8") == 0 || d.compare(1, 2, "m8") == 0;
+          const bool unit = d.size() > 5 && d[3] == '[' && d.back() == ']' &&
+                            std::all_of(d.begin() + 4, d.end() - 1, [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
+          if (order && kind && unit && size == 8) out = d;
+        }
+      }
       return true;
+    }
     case H5T_ENUM: {
       if (is_h5py_bool(t)) {
         out = "|b1";
@@ -79,19 +151,6 @@ bool scalar_typestr(hid_t t, std::string& out, std::string& why) {
     case H5T_VLEN: why = "variable-length sequence"; return false;
     case H5T_TIME: why = "time type"; return false;
     default: why = "unsupported type class"; return false;
-  }
-}
-
-// Bit layout of IEEE binary16/32/64: sign, exponent and mantissa positions and sizes, bias.
-struct FloatLayout {
-  size_t spos, epos, esize, mpos, msize, ebias;
-};
-bool ieee_layout(size_t size, FloatLayout& l) {
-  switch (size) {
-    case 2: l = {15, 10, 5, 0, 10, 15}; return true;
-    case 4: l = {31, 23, 8, 0, 23, 127}; return true;
-    case 8: l = {63, 52, 11, 0, 52, 1023}; return true;
-    default: return false;
   }
 }
 
@@ -147,6 +206,10 @@ bool convert(hid_t t, DType& out, Shape* subshape, std::string& why) {
         why = "member '" + f.name + "': " + why;
         return false;
       }
+      if (ft.itemsize * std::max<uint64_t>(1, product(f.subshape)) != H5Tget_size(mt.get())) {
+        why = "member '" + f.name + "': a float that h5py widens (" + ft.typestr + ")";
+        return false;
+      }
       f.type.push_back(std::move(ft));
       out.fields.push_back(std::move(f));
     }
@@ -156,7 +219,19 @@ bool convert(hid_t t, DType& out, Shape* subshape, std::string& why) {
     }
     return true;
   }
-  return scalar_typestr(t, out.typestr, why);
+  if (!scalar_typestr(t, out.typestr, why)) return false;
+  if (cls == H5T_FLOAT) out.itemsize = served_float_size(t);
+  return true;
+}
+
+bool has_bitfield(hid_t m) {
+  const H5T_class_t c = H5Tget_class(m);
+  if (c == H5T_BITFIELD) return true;
+  if (c == H5T_ARRAY) return has_bitfield(Handle(H5Tget_super(m)).get());
+  if (c != H5T_COMPOUND) return false;
+  for (int i = 0, k = H5Tget_nmembers(m); i < k; ++i)
+    if (has_bitfield(Handle(H5Tget_member_type(m, static_cast<unsigned>(i))).get())) return true;
+  return false;
 }
 
 bool needs_conversion_impl(hid_t t, std::string& why) {
@@ -174,21 +249,14 @@ bool needs_conversion_impl(hid_t t, std::string& why) {
       return false;
     }
     case H5T_FLOAT: {
-      if (size == 16) return false;  // long double: served only when it is the native one
-      FloatLayout want{}, got{};
-      if (!ieee_layout(size, want)) return false;
-      H5Tget_fields(t, &got.spos, &got.epos, &got.esize, &got.mpos, &got.msize);
-      got.ebias = H5Tget_ebias(t);
-      if (got.spos != want.spos || got.epos != want.epos || got.esize != want.esize ||
-          got.mpos != want.mpos || got.msize != want.msize || got.ebias != want.ebias ||
-          H5Tget_precision(t) != 8 * size || H5Tget_offset(t) != 0 ||
-          H5Tget_norm(t) != H5T_NORM_IMPLIED) {
-        why = "float of " + std::to_string(size) + " bytes that is not IEEE (exponent bias " +
-              std::to_string(got.ebias) + ", " + std::to_string(got.esize) + " exponent and " +
-              std::to_string(got.msize) + " mantissa bits)";
-        return true;
-      }
-      return false;
+      if (is_ieee(t, size) || is_native_ldouble(t)) return false;
+      size_t spos, epos, esize, mpos, msize;
+      H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize);
+      why = "float of " + std::to_string(size) + " bytes that is not IEEE (exponent bias " +
+            std::to_string(H5Tget_ebias(t)) + ", " + std::to_string(esize) + " exponent and " +
+            std::to_string(msize) + " mantissa bits), served as h5py's float" +
+            std::to_string(8 * served_float_size(t));
+      return true;
     }
     case H5T_STRING:
       if (H5Tis_variable_str(t) <= 0 && H5Tget_strpad(t) != H5T_STR_NULLPAD) {
@@ -204,6 +272,10 @@ bool needs_conversion_impl(hid_t t, std::string& why) {
     }
     case H5T_COMPOUND: {
       const int n = H5Tget_nmembers(t);
+      if (gaps_read_as_zeros(t)) {
+        why = "compound of bitfields with bytes between its members (h5py converts it: they read as zeros)";
+        return true;
+      }
       for (int i = 0; i < n; ++i) {
         Handle mt(H5Tget_member_type(t, static_cast<unsigned>(i)));
         if (needs_conversion_impl(mt.get(), why)) {
@@ -236,9 +308,11 @@ Handle standard_type_impl(hid_t t) {
     }
     case H5T_FLOAT: {
       FloatLayout l{};
-      if (!ieee_layout(size, l)) return Handle(check(H5Tcopy(t), "H5Tcopy"));
-      Handle s(H5Tcopy(size == 8 ? H5T_IEEE_F64LE : H5T_IEEE_F32LE));
-      if (size == 2) {  // binary16, built the way h5py builds its float16 type
+      const size_t served = served_float_size(t);
+      if (served == 16) return Handle(check(H5Tcopy(H5T_NATIVE_LDOUBLE), "H5Tcopy"));
+      if (!ieee_layout(served, l)) return Handle(check(H5Tcopy(t), "H5Tcopy"));
+      Handle s(H5Tcopy(served == 8 ? H5T_IEEE_F64LE : H5T_IEEE_F32LE));
+      if (served == 2) {  // binary16, built the way h5py builds its float16 type
         check(H5Tset_fields(s.get(), l.spos, l.epos, l.esize, l.mpos, l.msize), "H5Tset_fields");
         check(H5Tset_size(s.get(), 2), "H5Tset_size");
         check(H5Tset_ebias(s.get(), l.ebias), "H5Tset_ebias");
@@ -297,6 +371,21 @@ Handle standard_type_impl(hid_t t) {
 }  // namespace
 
 bool needs_conversion(hid_t type, std::string& why) { return needs_conversion_impl(type, why); }
+
+bool gaps_read_as_zeros(hid_t t) {
+  if (H5Tget_class(t) != H5T_COMPOUND) return false;
+  // Bytes no member covers (the file may hold anything there).
+  const size_t size = H5Tget_size(t);
+  std::vector<bool> covered(size, false);
+  for (int i = 0, n = H5Tget_nmembers(t); i < n; ++i) {
+    Handle mt(H5Tget_member_type(t, static_cast<unsigned>(i)));
+    const size_t off = H5Tget_member_offset(t, static_cast<unsigned>(i)), ms = H5Tget_size(mt.get());
+    for (size_t k = off; k < std::min(size, off + ms); ++k) covered[k] = true;
+  }
+  // h5py converts bitfields (to unsigned integers) and then has zeros there; without that
+  // conversion (other conversions included) they are the file's bytes, in h5py as here.
+  return std::find(covered.begin(), covered.end(), false) != covered.end() && has_bitfield(t);
+}
 
 Handle standard_type(hid_t type) { return standard_type_impl(type); }
 

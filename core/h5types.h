@@ -22,6 +22,9 @@ bool dtype_from_h5(hid_t type, DType& out, Shape& folded, std::string& why, std:
 // terminated by a NUL, and compounds and arrays of any of these. Such data cannot be served as
 // stored; `why` says what differs.
 bool needs_conversion(hid_t type, std::string& why);
+// True for a compound with bytes no member covers and bitfield members: h5py converts it and
+// reads those bytes as zeros (else they are the file's bytes, in h5py too).
+bool gaps_read_as_zeros(hid_t type);
 // The standard type of the numpy dtype of file type `type` (same size and member offsets): the
 // memory type to read such data into with H5Dread. Throws Error(EIO) when it cannot be built.
 Handle standard_type(hid_t type);

@@ -1,11 +1,15 @@
-// LibraryArray: reads through H5Dread under the HDF5 lock. Correct for everything the library
+// LibraryArray: reads through H5Dread under the HDF5 lock (in a helper process where the engine
+// has helpers: the bytes come back over the boundary). Correct for everything the library
 // reads, but serialised: used only where no direct path exists, and every use is counted with
 // its reason in the stats and (with -o debug) logged.
+#include <algorithm>
 #include <cstring>
 
 #include "core/dataset.h"
 #include "core/engine.h"
 #include "core/error.h"
+#include "core/h5file.h"
+#include "core/h5helper.h"
 #include "core/h5lib.h"
 #include "core/h5types.h"
 #include "core/log.h"
@@ -38,32 +42,22 @@ class LibraryArray final : public Array {
     Shape buf_shape(r.count.begin(), r.count.begin() + ds_rank_);
     for (size_t k = ds_rank_; k < info_->shape.size(); ++k) buf_shape.push_back(info_->shape[k]);
     const size_t E = info_->dtype.itemsize;
-    std::vector<uint8_t> buf(product(buf_shape) * E);
-    {
-      h5::Lock lk = h5::lock();
-      try {
-        auto file = engine_.open_file(info_->file);
-        h5::Handle dset = h5::check(H5Dopen2(file->handle(), info_->path.c_str(), H5P_DEFAULT), "H5Dopen");
-        h5::Handle ftype = h5::check(H5Dget_type(dset.get()), "H5Dget_type");
-        h5::Handle fspace = h5::check(H5Dget_space(dset.get()), "H5Dget_space");
-        h5::Handle mspace;
-        if (ds_rank_ == 0) {
-          mspace = h5::check(H5Screate(H5S_SCALAR), "H5Screate");
-        } else {
-          std::vector<hsize_t> start(r.start.begin(), r.start.begin() + ds_rank_);
-          std::vector<hsize_t> count(r.count.begin(), r.count.begin() + ds_rank_);
-          h5::check(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
-                    "H5Sselect_hyperslab");
-          mspace = h5::check(H5Screate_simple(static_cast<int>(ds_rank_), count.data(), nullptr), "H5Screate_simple");
-        }
-        // The file type itself, unless its bytes are not numpy's: then the standard type.
-        h5::Handle mtype = info_->convert_type ? h5::standard_type(ftype.get()) : h5::Handle();
-        h5::check(H5Dread(dset.get(), mtype ? mtype.get() : ftype.get(), mspace.get(), fspace.get(),
-                          H5P_DEFAULT, buf.data()),
-                  "H5Dread");
-      } catch (...) {
-        rethrow_with_context(what_ + " (library read: " + reason_ + ")");
+    const std::vector<uint64_t> start(r.start.begin(), r.start.begin() + ds_rank_);
+    const std::vector<uint64_t> count(r.count.begin(), r.count.begin() + ds_rank_);
+    std::vector<uint8_t> buf;
+    try {
+      auto file = engine_.open_file(info_->file);
+      if (HelperPool* hp = engine_.helpers()) {
+        buf = helper::call<std::vector<uint8_t>>(*hp, proto::Op::LibraryRead, info_->file, info_->path,
+                                                 info_->path, start, count);
+      } else {
+        buf = library_read_local(*file, info_->path, start, count);
       }
+      if (buf.size() != product(buf_shape) * E)
+        fail(EIO, "library read returned " + std::to_string(buf.size()) + " bytes, expected " +
+                      std::to_string(product(buf_shape) * E));
+    } catch (...) {
+      rethrow_with_context(what_ + " (library read: " + reason_ + ")");
     }
     Shape off(r.start.size(), 0);
     for (size_t k = ds_rank_; k < r.start.size(); ++k) off[k] = r.start[k];
@@ -80,7 +74,70 @@ class LibraryArray final : public Array {
   std::string what_;
 };
 
+// Marks the bytes of one element of `t` (at `base`) that a field covers, compounds nested.
+void cover(const DType& t, size_t base, std::vector<bool>& mask) {
+  if (!t.is_struct()) {
+    for (size_t k = base; k < std::min(mask.size(), base + t.itemsize); ++k) mask[k] = true;
+    return;
+  }
+  for (const Field& f : t.fields) {
+    if (f.type.empty()) continue;
+    const uint64_t n = std::max<uint64_t>(1, product(f.subshape));
+    for (uint64_t i = 0; i < n; ++i) cover(f.type[0], base + f.offset + i * f.type[0].itemsize, mask);
+  }
+}
+
+// Bytes of compound elements that no field covers: zeros after a conversion, as h5py gives
+// them (without one, libhdf5 and h5py copy them from the file, and so does h5direct).
+void zero_gaps(const DType& t, std::vector<uint8_t>& buf) {
+  if (!t.is_struct() || t.itemsize == 0) return;
+  std::vector<bool> mask(t.itemsize, false);
+  cover(t, 0, mask);
+  if (std::find(mask.begin(), mask.end(), false) == mask.end()) return;
+  for (size_t e = 0; e + t.itemsize <= buf.size(); e += t.itemsize)
+    for (size_t k = 0; k < t.itemsize; ++k)
+      if (!mask[k]) buf[e + k] = 0;
+}
+
 }  // namespace
+
+std::vector<uint8_t> library_read_local(H5File& file, const std::string& dset_path,
+                                        const std::vector<uint64_t>& start,
+                                        const std::vector<uint64_t>& count) {
+  auto info = file.dataset_info(dset_path);
+  const StorageInfo st = file.storage_info(dset_path);
+  if (!info->is_array) fail(EINVAL, file.path() + ":" + dset_path + ": not an array");
+  if (start.size() != st.ds_rank || count.size() != st.ds_rank)
+    fail(EINVAL, file.path() + ":" + dset_path + ": library read of rank " + std::to_string(start.size()));
+  Shape buf_shape(count.begin(), count.end());
+  for (size_t k = 0; k < info->shape.size() - st.ds_rank; ++k) buf_shape.push_back(info->shape[st.ds_rank + k]);
+  for (size_t k = 0; k < st.ds_rank; ++k)
+    if (start[k] > info->shape[k] || count[k] > info->shape[k] - start[k])
+      fail(EINVAL, file.path() + ":" + dset_path + ": library read outside the dataset");
+  std::vector<uint8_t> buf(product(buf_shape) * info->dtype.itemsize);
+  h5::Lock lk = h5::lock();
+  h5::Handle dset = h5::check(H5Dopen2(file.handle(), dset_path.c_str(), H5P_DEFAULT), "H5Dopen");
+  h5::Handle ftype = h5::check(H5Dget_type(dset.get()), "H5Dget_type");
+  h5::Handle fspace = h5::check(H5Dget_space(dset.get()), "H5Dget_space");
+  h5::Handle mspace;
+  if (st.ds_rank == 0) {
+    mspace = h5::check(H5Screate(H5S_SCALAR), "H5Screate");
+  } else {
+    std::vector<hsize_t> s(start.begin(), start.end()), c(count.begin(), count.end());
+    h5::check(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, s.data(), nullptr, c.data(), nullptr),
+              "H5Sselect_hyperslab");
+    mspace = h5::check(H5Screate_simple(static_cast<int>(st.ds_rank), c.data(), nullptr), "H5Screate_simple");
+  }
+  // The file type itself, unless its bytes are not numpy's: then the standard type.
+  h5::Handle mtype = info->convert_type ? h5::standard_type(ftype.get()) : h5::Handle();
+  h5::check(H5Dread(dset.get(), mtype ? mtype.get() : ftype.get(), mspace.get(), fspace.get(), H5P_DEFAULT,
+                    buf.data()),
+            "H5Dread");
+  const bool zeros = h5::gaps_read_as_zeros(ftype.get());
+  lk.unlock();
+  if (zeros) zero_gaps(info->dtype, buf);
+  return buf;
+}
 
 ArrayPtr make_library_array(Engine& engine, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st,
                             const std::string& reason) {

@@ -440,6 +440,10 @@ int run_mount(int argc, char** argv) {
     std::unique_ptr<Writer> writer;  // rw mounts; destroyed after the Vfs, before the engine
     std::unique_ptr<vfs::Vfs> fs;
     try {
+      // libhdf5 runs in helper processes, never in the daemon (core/h5helper.h).
+      m.engine.helper.path = find_helper();
+      if (m.engine.helper.path.empty())
+        throw std::runtime_error("h5direct-helper not found beside this program (nor in ../libexec/h5direct)");
       engine = std::make_unique<Engine>(m.engine);
       fs = std::make_unique<vfs::Vfs>(*engine, m.vfs, m.source);
       vfs::install_builtin_providers(*fs, m.vfs);

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstring>
@@ -177,7 +178,20 @@ class GroupProvider final : public DirProvider {
 
   std::vector<ChildEntry> list() override {
     std::shared_ptr<H5File> f = ctx_.engine.open_file(file_);
-    const std::vector<LinkEntry> members = f->list_group(group_);
+    std::vector<LinkEntry> members = f->list_group(group_);
+    // Names too long to list (FUSE takes names beyond NAME_MAX, but a directory entry must fit a
+    // 4 KiB readdir reply: 2048 bytes here, with ~ds.json for datasets): left out, each with a
+    // log line, instead of cutting the rest of the listing short.
+    constexpr size_t kFuseNameMax = 2048;
+    members.erase(std::remove_if(members.begin(), members.end(),
+                                 [&](const LinkEntry& m) {
+                                   const size_t room = m.kind == ObjectKind::Dataset ? kFuseNameMax - 8 : kFuseNameMax;
+                                   if (m.name.size() <= room) return false;
+                                   log::warn(file_ + ":" + join(group_, m.name.substr(0, 40)) + "...: left out, its name (" +
+                                             std::to_string(m.name.size()) + " bytes) is too long to list (2048)");
+                                   return true;
+                                 }),
+                  members.end());
     std::vector<ChildEntry> out;
     std::set<std::string> taken;
     for (const auto& m : members) {
@@ -335,9 +349,9 @@ void add_dataset_files(const TreeContext& ctx, std::vector<ChildEntry>& out, H5F
     out.push_back({name + ".npy", make_array_file(ctx, ArrayFormat::Npy, spec, meta)});
     out.push_back({name + ".raw", make_array_file(ctx, ArrayFormat::Raw, std::move(spec), meta)});
   }
-  out.push_back({name + ".json", make_text_file(
+  out.push_back({name + ".json", make_lazy_text_file(
                                      [engine, fpath, dset_path, npy_offset] {
-                                       auto i = engine->open_file(fpath)->dataset_info(dset_path);
+                                       auto i = engine->open_file(fpath)->dataset_details(dset_path);
                                        return json_text(dataset_sidecar(*i, npy_offset));
                                      },
                                      meta)});

@@ -60,6 +60,9 @@ std::string npy_header(const DType& dtype, const Shape& shape, size_t align) {
   bool ascii = true;
   for (unsigned char c : dict) ascii = ascii && c < 0x80;
   if (align == 0 || align % kNumpyAlign != 0) align = kNumpyAlign;
+  // No elements: numpy's 64 (np.load(mmap_mode=...) maps from the page holding the data offset,
+  // and a page-sized header with nothing after it leaves no such page).
+  if (!shape.empty() && std::find(shape.begin(), shape.end(), 0) != shape.end()) align = kNumpyAlign;
   const size_t len_bytes = ascii ? 2 : 4;
   if (dict.size() + 1 + pad_for(dict.size(), len_bytes, align) > kNumpyMaxHeader) align = kNumpyAlign;
   if (!ascii) return wrap(dict, 3, align);  // UTF-8 field names

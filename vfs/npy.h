@@ -20,7 +20,8 @@ std::string npy_dict(const DType& dtype, const Shape& shape);
 // Python repr of a shape tuple: "()", "(5,)", "(3, 4)".
 std::string py_shape(const Shape& shape);
 // Complete header (magic to newline); its size is the data offset: a multiple of `align` (4096 by
-// default, 64 where 4096 would exceed numpy's header limit). align = 64 gives numpy's bytes.
+// default, 64 where 4096 would exceed numpy's header limit or the array has no elements: numpy
+// could not memory-map it). align = 64 gives numpy's bytes.
 std::string npy_header(const DType& dtype, const Shape& shape, size_t align = 4096);
 
 // ---- Reading a header being written (rw mounts) ------------------------------------------------

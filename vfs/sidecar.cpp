@@ -226,12 +226,17 @@ json dataset_sidecar(const DatasetInfo& info, uint64_t npy_data_offset) {
                       {"vspace", hyperslab_json(m.vspace)},
                       {"srcspace", hyperslab_json(m.srcspace)},
                       {"src_shape", m.src_shape.empty() ? json(nullptr) : json(m.src_shape)}});
+      if (!m.source_missing.empty()) maps.back()["source_missing"] = m.source_missing;
       const std::string name = m.resolved_file.empty() ? m.file_name : m.resolved_file;
       if (std::find(files.begin(), files.end(), json(name)) == files.end()) files.push_back(name);
       if (m.resolved_file.empty() &&
           std::find(missing.begin(), missing.end(), json(m.file_name)) == missing.end()) {
         missing.push_back(m.file_name);
       }
+      // The file is there but not the source dataset (behind a dangling external link, say).
+      const std::string gone = m.file_name + ":" + m.dataset_name;
+      if (!m.source_missing.empty() && std::find(missing.begin(), missing.end(), json(gone)) == missing.end())
+        missing.push_back(gone);
     }
     j["virtual"] = {{"source_files", files}, {"missing_files", missing}, {"mappings", maps}};
   }

@@ -161,11 +161,24 @@ class StringOpenFile final : public OpenFile {
   std::shared_ptr<const std::string> s_;
 };
 
+// Rendered once, at the first stat, or (lazy) at the first open: a lazy file is listed with size
+// 0, its attributes not cached, until then, so listing never renders it; a read past the size
+// the kernel holds makes it ask again (FUSE updates the attributes on such reads), and the true
+// size is then cached like any other.
 class TextFileNode final : public FileNode {
  public:
-  TextFileNode(std::function<std::string()> render, const NodeMeta& meta)
-      : FileNode(meta), render_(std::move(render)) {}
-  uint64_t size() const override { return content()->size(); }
+  TextFileNode(std::function<std::string()> render, const NodeMeta& meta, bool lazy)
+      : FileNode(meta), render_(std::move(render)), lazy_(lazy) {}
+  uint64_t size() const override {
+    if (!lazy_) return content()->size();
+    std::lock_guard<std::mutex> lk(mu_);
+    return content_ ? content_->size() : 0;
+  }
+  bool is_volatile() const override {
+    if (!lazy_) return false;
+    std::lock_guard<std::mutex> lk(mu_);
+    return !content_;
+  }
   std::unique_ptr<OpenFile> open() override { return std::make_unique<StringOpenFile>(content()); }
 
  private:
@@ -175,6 +188,7 @@ class TextFileNode final : public FileNode {
     return content_;
   }
   std::function<std::string()> render_;
+  bool lazy_;
   mutable std::mutex mu_;  // guards content_ (held while rendering: one rendering per file)
   mutable std::shared_ptr<const std::string> content_;
 };
@@ -208,7 +222,11 @@ class FixedProvider final : public DirProvider {
 }  // namespace
 
 NodePtr make_text_file(std::function<std::string()> render, const NodeMeta& meta) {
-  return std::make_shared<TextFileNode>(std::move(render), meta);
+  return std::make_shared<TextFileNode>(std::move(render), meta, false);
+}
+
+NodePtr make_lazy_text_file(std::function<std::string()> render, const NodeMeta& meta) {
+  return std::make_shared<TextFileNode>(std::move(render), meta, true);
 }
 
 NodePtr make_dynamic_file(std::function<std::string()> render, const NodeMeta& meta) {

@@ -304,6 +304,9 @@ NodePtr make_array_file(const TreeContext& ctx, ArrayFormat format, ArraySpec sp
                         const NodeMeta& meta);
 // A read-only text file whose content is rendered once, on first use.
 NodePtr make_text_file(std::function<std::string()> render, const NodeMeta& meta);
+// A read-only file rendered at its first open: listed with size 0 (attributes not cached) until
+// then, so that listing and stat never render it (dataset sidecars: attribute values).
+NodePtr make_lazy_text_file(std::function<std::string()> render, const NodeMeta& meta);
 // A read-only file whose content is rendered at each open (and each stat); served with direct_io.
 NodePtr make_dynamic_file(std::function<std::string()> render, const NodeMeta& meta);
 NodePtr make_dir_node(const NodeMeta& meta, std::vector<ChildEntry> fixed_children);

@@ -287,6 +287,8 @@ std::string Vfs::render_stats() {
   j["bytes_pread"] = st.bytes_pread.load();
   j["bytes_pushed"] = st.bytes_pushed.load();
   j["library_reads"] = st.library_reads.load();
+  if (HelperPool* hp = engine_.helpers())  // libhdf5 calls answered by the helper processes
+    j["hdf5_helper"] = {{"requests", hp->requests()}, {"failures", hp->failures()}};
   j["errors"] = error_classes();
   json fb = json::object();
   for (const auto& [why, n] : st.fallbacks()) fb[why] = n;

@@ -58,7 +58,7 @@ std::string render_sidecar(NewDatasetState& s) {
   std::lock_guard<std::mutex> lk(s.mu);
   if (!s.sidecar.empty()) return s.sidecar;
   try {
-    auto info = s.ctx.engine.open_file(s.file)->dataset_info(s.dset);
+    auto info = s.ctx.engine.open_file(s.file)->dataset_details(s.dset);
     s.sidecar = json_text(dataset_sidecar(*info, s.header.size()));
   } catch (const std::exception& e) {
     log::warn(s.file + ":" + s.dset + ": sidecar: " + e.what());

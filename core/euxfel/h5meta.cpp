@@ -4,7 +4,9 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/engine.h"
 #include "core/h5file.h"
+#include "core/h5helper.h"
 #include "core/h5lib.h"
 
 namespace h5d::euxfel::meta {
@@ -80,23 +82,34 @@ bool read_ints_at(hid_t loc, const std::string& what, const std::string& path, u
 }
 
 template <class T>
-std::vector<T> read_ints(H5File& f, const std::string& path, uint64_t n, hid_t memtype) {
-  h5::init_library();
-  h5::Lock lk = h5::lock();
-  std::vector<T> out;
-  if (!read_ints_at<T>(static_cast<hid_t>(f.handle()), f.path() + ":" + path, path, n, memtype,
-                       out))
-    fail(ENOENT, f.path() + ":" + path + ": no such dataset");
-  return out;
-}
-
-template <class T>
 bool try_read_ints(H5File& f, const std::string& path, uint64_t n, hid_t memtype,
                    std::vector<T>& out) {
+  if (HelperPool* hp = f.engine().helpers()) {
+    const auto op = std::is_signed<T>::value ? proto::Op::MetaReadI64 : proto::Op::MetaReadU64;
+    auto r = helper::call<std::pair<bool, std::vector<T>>>(*hp, op, f.path(), path, path, n);
+    if (r.first) out = std::move(r.second);
+    return r.first;
+  }
   h5::init_library();
   h5::Lock lk = h5::lock();
   return read_ints_at<T>(static_cast<hid_t>(f.handle()), f.path() + ":" + path, path, n, memtype,
                          out);
+}
+
+template <class T>
+std::vector<T> read_ints(H5File& f, const std::string& path, uint64_t n, hid_t memtype) {
+  std::vector<T> out;
+  if (!try_read_ints<T>(f, path, n, memtype, out)) fail(ENOENT, f.path() + ":" + path + ": no such dataset");
+  return out;
+}
+
+// The helper's answer when this process has helpers (the daemon); nullopt-like false otherwise.
+template <class R, class... A>
+bool remote(H5File& f, proto::Op op, const std::string& path, R& out, const A&... args) {
+  HelperPool* hp = f.engine().helpers();
+  if (!hp) return false;
+  out = helper::call<R>(*hp, op, f.path(), path, path, args...);
+  return true;
 }
 
 struct VisitState {
@@ -116,24 +129,28 @@ herr_t member_cb(hid_t, const char* name, const H5L_info_t*, void* data) {
 }  // namespace
 
 bool exists(H5File& f, const std::string& path) {
+  if (bool r; remote(f, proto::Op::MetaExists, path, r)) return r;
   h5::init_library();
   h5::Lock lk = h5::lock();
   return exists_locked(static_cast<hid_t>(f.handle()), path);
 }
 
 bool is_dataset(H5File& f, const std::string& path) {
+  if (bool r; remote(f, proto::Op::MetaIsDataset, path, r)) return r;
   h5::init_library();
   h5::Lock lk = h5::lock();
   return type_locked(static_cast<hid_t>(f.handle()), path) == H5O_TYPE_DATASET;
 }
 
 bool is_group(H5File& f, const std::string& path) {
+  if (bool r; remote(f, proto::Op::MetaIsGroup, path, r)) return r;
   h5::init_library();
   h5::Lock lk = h5::lock();
   return type_locked(static_cast<hid_t>(f.handle()), path) == H5O_TYPE_GROUP;
 }
 
 std::string soft_link_target(H5File& f, const std::string& path) {
+  if (std::string r; remote(f, proto::Op::MetaSoftLink, path, r)) return r;
   h5::init_library();
   h5::Lock lk = h5::lock();
   hid_t fid = static_cast<hid_t>(f.handle());
@@ -171,6 +188,16 @@ bool try_read_i64(H5File& f, const std::string& path, std::vector<int64_t>& out,
 
 std::vector<IndexArrays> read_index(H5File& f, const std::string& base,
                                     const std::vector<std::string>& groups, uint64_t n) {
+  if (std::vector<std::pair<std::vector<uint64_t>, std::pair<std::vector<uint64_t>, std::string>>> r;
+      remote(f, proto::Op::MetaReadIndex, base, r, groups, n)) {
+    std::vector<IndexArrays> out(r.size());
+    for (size_t i = 0; i < r.size(); ++i) {
+      out[i].firsts = std::move(r[i].first);
+      out[i].counts = std::move(r[i].second.first);
+      out[i].error = std::move(r[i].second.second);
+    }
+    return out;
+  }
   h5::init_library();
   h5::Lock lk = h5::lock();
   std::vector<IndexArrays> out(groups.size());
@@ -218,6 +245,7 @@ std::vector<IndexArrays> read_index(H5File& f, const std::string& base,
 }
 
 std::vector<std::string> read_strings(H5File& f, const std::string& path) {
+  if (std::vector<std::string> r; remote(f, proto::Op::MetaReadStrings, path, r)) return r;
   h5::init_library();
   h5::Lock lk = h5::lock();
   hid_t fid = static_cast<hid_t>(f.handle());
@@ -261,6 +289,7 @@ std::vector<std::string> read_strings(H5File& f, const std::string& path) {
 }
 
 std::vector<std::string> list_datasets(H5File& f, const std::string& group_path) {
+  if (std::vector<std::string> r; remote(f, proto::Op::MetaListDatasets, group_path, r)) return r;
   h5::init_library();
   h5::Lock lk = h5::lock();
   hid_t fid = static_cast<hid_t>(f.handle());
@@ -274,6 +303,7 @@ std::vector<std::string> list_datasets(H5File& f, const std::string& group_path)
 }
 
 std::vector<std::string> list_members(H5File& f, const std::string& group_path) {
+  if (std::vector<std::string> r; remote(f, proto::Op::MetaListMembers, group_path, r)) return r;
   h5::init_library();
   h5::Lock lk = h5::lock();
   hid_t fid = static_cast<hid_t>(f.handle());

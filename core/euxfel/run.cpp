@@ -515,7 +515,7 @@ void Run::load_keys_locked(Source& s) {
       std::replace(k.name.begin(), k.name.end(), '/', '.');
       k.dset_path = base + "/" + rel;
       k.group = s.is_control() ? "" : k.name.substr(0, k.name.find('.'));
-      auto info = f->dataset_info(k.dset_path);
+      auto info = f->dataset_details(k.dset_path);  // with attributes and small value
       k.is_array = info->is_array;
       k.why_not_array = info->why_not_array;
       k.hdf5_type = info->hdf5_type;

@@ -147,6 +147,9 @@ def values_equal(got, expected):
         return all(values_equal(got[n], expected[n]) for n in expected.dtype.names)
     if expected.dtype.kind in 'fc':
         return np.array_equal(got, expected, equal_nan=True)
+    if expected.dtype.kind in 'Mm':  # NaT equals NaT: compare the stored integers
+        return got.dtype == expected.dtype and np.ascontiguousarray(got).tobytes() == \
+            np.ascontiguousarray(expected).tobytes()
     if expected.dtype.kind == 'S':
         return got.dtype.kind == 'S' and got.tolist() == expected.tolist()
     return np.array_equal(got, expected)

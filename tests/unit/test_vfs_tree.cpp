@@ -194,10 +194,12 @@ TEST_CASE("empty arrays: header-only .npy, empty .raw, no load", "[vfs]") {
   ArraySpec spec{Shape{0, 5}, f4, "empty", "direct",
                  []() -> ArrayPtr { fail(EIO, "must not load"); }, "", ""};
   auto npy = make_array_file(ctx, ArrayFormat::Npy, spec, meta(0444));
-  CHECK(npy->size() == 4096);
+  // numpy's 64-byte alignment, not a page: np.load(mmap_mode='r') maps from the page holding the
+  // data offset, which must exist.
+  CHECK(npy->size() == 128);
   auto f = static_cast<FileNode&>(*npy).open();
   char buf[8192];
-  CHECK(f->read(0, sizeof buf, buf) == 4096);
+  CHECK(f->read(0, sizeof buf, buf) == 128);
   auto raw = make_array_file(ctx, ArrayFormat::Raw, spec, meta(0444));
   CHECK(raw->size() == 0);
   CHECK(static_cast<FileNode&>(*raw).open()->read(0, 10, buf) == 0);

@@ -1,0 +1,48 @@
+// h5direct-helper: runs the daemon's libhdf5 calls in a process of its own (core/h5helper.h).
+// Started by mount.h5direct with one end of a socketpair as descriptor 3; answers requests until
+// the daemon closes it, and dies with the daemon.
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <syslog.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "core/h5helper.h"
+#include "core/log.h"
+
+int main(int argc, char** argv) {
+  int fd = -1;
+  long parent = -1;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--fd") == 0) fd = std::atoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--parent") == 0) parent = std::atol(argv[i + 1]);
+  }
+  if (fd < 0) {
+    std::fprintf(stderr, "usage: h5direct-helper --fd N [--parent PID] (started by mount.h5direct)\n");
+    return 2;
+  }
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (parent > 0 && ::getppid() != parent) return 0;  // the daemon died before we got here
+  ::signal(SIGINT, SIG_IGN);  // the daemon decides when we stop (it closes our socket)
+  // A daemon (not -f) has its stdio on /dev/null and logs to syslog: so do we then.
+  struct stat st;
+  const bool devnull = ::fstat(2, &st) == 0 && S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3);
+  if (devnull) {
+    ::openlog("h5direct-helper", LOG_PID, LOG_DAEMON);
+    h5d::log::set_sink([](h5d::log::Level l, const std::string& m) {
+      const int prio = l == h5d::log::Level::Error ? LOG_ERR : l == h5d::log::Level::Warn ? LOG_WARNING : LOG_INFO;
+      ::syslog(prio, "%s", m.c_str());
+    });
+  } else {
+    h5d::log::set_sink([](h5d::log::Level, const std::string& m) {
+      std::fprintf(stderr, "h5direct-helper[%d]: %s\n", static_cast<int>(::getpid()), m.c_str());
+    });
+  }
+  return h5d::helper::serve(fd);
+}

@@ -1,0 +1,176 @@
+// The daemon <-> HDF5 helper messages (core/h5proto.h): what goes in comes out, and what a
+// broken helper could send (truncated, oversized, deeply nested, inconsistent) is refused with
+// Error(EIO) instead of being trusted.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+#include "core/error.h"
+#include "core/h5proto.h"
+
+using namespace h5d;
+
+namespace {
+
+DatasetInfo sample_info() {
+  DatasetInfo d;
+  d.file = "/data/a.h5";
+  d.path = "/g/x";
+  d.shape = {3, 4};
+  d.maxshape = {~0ull, 4};
+  d.dtype.typestr = "";
+  d.dtype.itemsize = 12;
+  Field a{"a", 0, {DType{"<f8", 8, {}}}, {}};
+  Field b{"b", 8, {DType{"<u2", 2, {}}}, {2}};
+  d.dtype.fields = {a, b};
+  d.layout = "chunked";
+  d.chunks = {1, 4};
+  d.chunk_index = "btree-v1";
+  d.filters = {FilterInfo{1, "deflate", 0, {4}}};
+  d.fill_value.assign(12, 7);
+  d.fill_value_defined = true;
+  Value list = Value::list({Value::integer(-3), Value::string("s"), Value::number(0.5)});
+  d.attrs = {{"n", list}, {"ok", Value::boolean(true)}};
+  VdsMapping m;
+  m.file_name = "src.h5";
+  m.vspace.is_all = true;
+  m.vspace.start = {0};
+  m.vspace.stride = {1};
+  m.vspace.count = {1};
+  m.vspace.block = {3};
+  m.srcspace = m.vspace;
+  d.vds = {m};
+  d.read_path = "direct";
+  return d;
+}
+
+StorageInfo sample_storage() {
+  StorageInfo s;
+  s.ds_rank = 2;
+  s.ohdr_addr = 800;
+  s.geo.base = 512;
+  s.contiguous_addr = 4096;
+  s.file_id.ino = 42;
+  s.file_id.size = 10000;
+  return s;
+}
+
+std::string encode(const DatasetInfo& d, const StorageInfo& s) {
+  proto::Out o;
+  proto::put(o, d);
+  proto::put(o, s);
+  return o.take();
+}
+
+std::pair<DatasetInfo, StorageInfo> decode(const std::string& bytes) {
+  proto::In in(bytes);
+  std::pair<DatasetInfo, StorageInfo> r;
+  proto::get(in, r);
+  in.end();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("h5proto: dataset metadata round-trips field by field", "[h5proto]") {
+  const DatasetInfo d = sample_info();
+  const StorageInfo s = sample_storage();
+  auto [d2, s2] = decode(encode(d, s));
+  CHECK(d2.file == d.file);
+  CHECK(d2.shape == d.shape);
+  CHECK(d2.maxshape == d.maxshape);
+  CHECK(d2.dtype.itemsize == 12);
+  REQUIRE(d2.dtype.fields.size() == 2);
+  CHECK(d2.dtype.fields[1].name == "b");
+  CHECK(d2.dtype.fields[1].offset == 8);
+  CHECK(d2.dtype.fields[1].type[0].typestr == "<u2");
+  CHECK(d2.dtype.fields[1].subshape == std::vector<uint64_t>{2});
+  CHECK(d2.filters.at(0).cd_values == std::vector<unsigned>{4});
+  CHECK(d2.fill_value == d.fill_value);
+  REQUIRE(d2.attrs.size() == 2);
+  CHECK(d2.attrs[0].second.items.at(0).i == -3);
+  CHECK(d2.attrs[0].second.items.at(1).s == "s");
+  CHECK(d2.attrs[1].second.b);
+  CHECK(d2.vds.at(0).file_name == "src.h5");
+  CHECK(s2.ohdr_addr == 800);
+  CHECK(s2.geo.base == 512);
+  CHECK(s2.file_id.ino == 42);
+  CHECK_NOTHROW(proto::validate(d2, s2));
+}
+
+TEST_CASE("h5proto: every truncation of a reply is refused", "[h5proto]") {
+  const std::string full = encode(sample_info(), sample_storage());
+  for (size_t n = 0; n < full.size(); ++n) {
+    INFO(n);
+    CHECK_THROWS_AS(decode(full.substr(0, n)), Error);
+  }
+  CHECK_THROWS_AS(decode(full + "x"), Error);  // bytes left over
+}
+
+TEST_CASE("h5proto: counts larger than the message and deep nesting are refused", "[h5proto]") {
+  proto::Out o;
+  o.u64(~0ull);  // a string of 2^64-1 bytes
+  proto::In in(o.data());
+  CHECK_THROWS_AS(in.str(), Error);
+
+  proto::Out v;  // 100 nested lists
+  for (int i = 0; i < 100; ++i) {
+    v.u8(static_cast<uint8_t>(Value::Kind::List));
+    v.u64(1);
+  }
+  v.u8(static_cast<uint8_t>(Value::Kind::Null));
+  proto::In vin(v.data());
+  Value out;
+  CHECK_THROWS_AS(proto::get(vin, out), Error);
+
+  proto::Out k;  // unknown value kind
+  k.u8(99);
+  proto::In kin(k.data());
+  CHECK_THROWS_AS(proto::get(kin, out), Error);
+}
+
+TEST_CASE("h5proto: a compound field beyond its compound is refused", "[h5proto]") {
+  DatasetInfo d = sample_info();
+  d.dtype.fields[1].offset = 11;  // 11 + 2*2 > 12
+  CHECK_THROWS_AS(decode(encode(d, sample_storage())), Error);
+}
+
+TEST_CASE("h5proto: headers check magic, version and length", "[h5proto]") {
+  uint8_t hb[proto::kHeaderSize];
+  proto::Header h;
+  h.kind = 3;
+  h.seq = 9;
+  h.length = 100;
+  proto::encode_header(h, hb);
+  auto back = proto::decode_header(hb, 1000);
+  CHECK(back.kind == 3);
+  CHECK(back.seq == 9);
+  CHECK(back.length == 100);
+  CHECK_THROWS_AS(proto::decode_header(hb, 99), Error);  // above the limit
+  uint8_t bad[proto::kHeaderSize];
+  std::memcpy(bad, hb, sizeof bad);
+  bad[0] ^= 1;
+  CHECK_THROWS_AS(proto::decode_header(bad, 1000), Error);
+  std::memcpy(bad, hb, sizeof bad);
+  bad[4] = 2;  // version 2
+  CHECK_THROWS_AS(proto::decode_header(bad, 1000), Error);
+}
+
+TEST_CASE("h5proto: validate refuses inconsistent metadata, demotes > 2^63 bytes", "[h5proto]") {
+  DatasetInfo d = sample_info();
+  StorageInfo s = sample_storage();
+  d.chunks = {1, 2, 3};
+  CHECK_THROWS_AS(proto::validate(d, s), Error);
+  d = sample_info();
+  d.maxshape = {1};
+  CHECK_THROWS_AS(proto::validate(d, s), Error);
+  d = sample_info();
+  s.geo.sizeof_offsets = 3;
+  CHECK_THROWS_AS(proto::validate(d, s), Error);
+  s = sample_storage();
+  d.shape = {1ull << 40, 1ull << 30};  // 12 * 2^70 bytes
+  d.chunks = {1, 1};
+  REQUIRE_NOTHROW(proto::validate(d, s));
+  CHECK_FALSE(d.is_array);
+  CHECK(d.why_not_array.find("2^63") != std::string::npos);
+}
