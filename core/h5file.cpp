@@ -71,7 +71,8 @@ Hyperslab read_selection(hid_t space) {
   }
   if (t != H5S_SEL_HYPERSLABS || H5Sis_regular_hyperslab(space) <= 0)
     fail(ENOTSUP, "selection is not a regular hyperslab");
-  std::vector<hsize_t> start(rank), stride(rank), count(rank), block(rank);
+  const size_t n = static_cast<size_t>(std::max(rank, 0));
+  std::vector<hsize_t> start(n), stride(n), count(n), block(n);
   h5::check(H5Sget_regular_hyperslab(space, start.data(), stride.data(), count.data(), block.data()),
             "H5Sget_regular_hyperslab");
   h.start.assign(start.begin(), start.end());
@@ -86,7 +87,7 @@ Hyperslab read_selection(hid_t space) {
 // HDF5's rules for a VDS source file name: "." is the VDS's own file; a relative name is tried
 // against each HDF5_VDS_PREFIX entry (${ORIGIN} = the VDS file's directory), then the VDS file's
 // directory; an absolute name that does not exist is retried by its base name there.
-std::string resolve_vds_source(const std::string& vds_file, const std::string& name) {
+static std::string resolve_vds_source(const std::string& vds_file, const std::string& name) {
   if (name == ".") return vds_file;
   const std::string origin = dirname_of(vds_file);
   std::vector<std::string> candidates;

@@ -39,11 +39,11 @@ class LibraryArray final : public Array {
     engine_.stats().note_fallback(reason_);
     if (log::debug_enabled()) log::debug("read " + what_ + ": library (" + reason_ + ")");
     // Read whole HDF5 elements: the region over the dataspace, with the folded array dims full.
-    Shape buf_shape(r.count.begin(), r.count.begin() + ds_rank_);
+    Shape buf_shape(r.count.data(), r.count.data() + ds_rank_);
     for (size_t k = ds_rank_; k < info_->shape.size(); ++k) buf_shape.push_back(info_->shape[k]);
     const size_t E = info_->dtype.itemsize;
-    const std::vector<uint64_t> start(r.start.begin(), r.start.begin() + ds_rank_);
-    const std::vector<uint64_t> count(r.count.begin(), r.count.begin() + ds_rank_);
+    const std::vector<uint64_t> start(r.start.data(), r.start.data() + ds_rank_);
+    const std::vector<uint64_t> count(r.count.data(), r.count.data() + ds_rank_);
     std::vector<uint8_t> buf;
     try {
       auto file = engine_.open_file(info_->file);

@@ -144,7 +144,7 @@ class PlainDirProvider final : public DirProvider {
                      std::string("the daemon cannot open it (") + std::strerror(errno) + ")");
             continue;
           }
-          const int sig = hdf5_signature(fd, st.st_size);
+          const int sig = hdf5_signature(fd, static_cast<uint64_t>(st.st_size));
           ::close(fd);
           if (sig == 1) {
             out.push_back({name, make_hdf5_file_node(ctx_, path, st)});
@@ -263,7 +263,7 @@ bool is_hdf5_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   struct stat st;
-  const bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && is_hdf5_file(fd, st.st_size);
+  const bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && is_hdf5_file(fd, static_cast<uint64_t>(st.st_size));
   ::close(fd);
   return ok;
 }

@@ -58,7 +58,7 @@ std::string npy_header(const DType& dtype, const Shape& shape, size_t align) {
     if (digits < kGrowthAxisMaxDigits) dict.append(kGrowthAxisMaxDigits - digits, ' ');
   }
   bool ascii = true;
-  for (unsigned char c : dict) ascii = ascii && c < 0x80;
+  for (char c : dict) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
   if (align == 0 || align % kNumpyAlign != 0) align = kNumpyAlign;
   // No elements: numpy's 64 (np.load(mmap_mode=...) maps from the page holding the data offset,
   // and a page-sized header with nothing after it leaves no such page).

@@ -62,13 +62,13 @@ bool read_ints_at(hid_t loc, const std::string& what, const std::string& path, u
   Handle space = h5::check(H5Dget_space(d.get()), "H5Dget_space");
   int rank = H5Sget_simple_extent_ndims(space.get());
   if (rank < 0) h5::fail_h5(EIO, what);
-  std::vector<hsize_t> dims(std::max(rank, 1), 1);
+  std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 1)), 1);
   if (rank > 0) H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
   uint64_t count = rank == 0 ? 1 : std::min<uint64_t>(n, dims[0]);
   out.assign(count, T{});
   if (count == 0) return true;
   if (rank > 0) {
-    std::vector<hsize_t> start(rank, 0), cnt(rank, 1);
+    std::vector<hsize_t> start(static_cast<size_t>(rank), 0), cnt(static_cast<size_t>(rank), 1);
     cnt[0] = count;
     h5::check(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, cnt.data(),
                                   nullptr),
@@ -259,9 +259,10 @@ std::vector<std::string> read_strings(H5File& f, const std::string& path) {
   if (H5Tget_class(ftype.get()) != H5T_STRING)
     fail(EINVAL, f.path() + ":" + path + ": not a string dataset");
   Handle space = h5::check(H5Dget_space(d.get()), "H5Dget_space");
-  hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  const hssize_t npoints = H5Sget_simple_extent_npoints(space.get());
   std::vector<std::string> out;
-  if (n <= 0) return out;
+  if (npoints <= 0) return out;
+  const size_t n = static_cast<size_t>(npoints);
   out.reserve(n);
   if (H5Tis_variable_str(ftype.get()) > 0) {
     Handle mtype = h5::check(H5Tcopy(H5T_C_S1), "H5Tcopy");
@@ -280,7 +281,7 @@ std::vector<std::string> read_strings(H5File& f, const std::string& path) {
     std::vector<char> buf(sz * n);
     h5::check(H5Dread(d.get(), mtype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()),
               f.path() + ":" + path + ": read");
-    for (hssize_t i = 0; i < n; ++i) {
+    for (size_t i = 0; i < n; ++i) {
       const char* p = buf.data() + i * sz;
       out.emplace_back(p, strnlen(p, sz));
     }

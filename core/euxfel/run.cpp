@@ -605,8 +605,8 @@ std::shared_ptr<const GroupIndex> Run::group_index_locked(Source& s, const std::
       b.file = fi;
       b.first = firsts[i];
       b.train0 = sf.train_ids[i];
-      b.train_ids.assign(sf.train_ids.begin() + i, sf.train_ids.begin() + j);
-      b.counts.assign(counts.begin() + i, counts.begin() + j);
+      b.train_ids.assign(sf.train_ids.data() + i, sf.train_ids.data() + j);
+      b.counts.assign(counts.data() + i, counts.data() + j);
       for (uint64_t c : b.counts) b.rows += c;
       gi->blocks.push_back(std::move(b));
       i = j;
@@ -623,7 +623,7 @@ std::shared_ptr<const GroupIndex> Run::group_index_locked(Source& s, const std::
       row_tids.insert(row_tids.end(), b.counts[k], b.train_ids[k]);
       auto pos = std::lower_bound(train_ids_.begin(), train_ids_.end(), b.train_ids[k]);
       if (pos != train_ids_.end() && *pos == b.train_ids[k])
-        gi->counts_per_run_train[pos - train_ids_.begin()] += b.counts[k];
+        gi->counts_per_run_train[static_cast<size_t>(pos - train_ids_.begin())] += b.counts[k];
     }
   }
   gi->row_train_ids = u64_array(row_tids, dir_ + ": " + s.name_ + " " + group + " train IDs");

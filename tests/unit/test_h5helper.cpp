@@ -98,8 +98,8 @@ TEST_CASE("helpers: one killed while idle is restarted, its files are not marked
   REQUIRE(h->kind_of("/x") == ObjectKind::Dataset);
   // Kill this process's helper children, by pid (found in /proc: parent = us).
   int killed = 0;
-  if (DIR* d = ::opendir("/proc")) {
-    while (struct dirent* ent = ::readdir(d)) {
+  if (DIR* proc = ::opendir("/proc")) {
+    while (struct dirent* ent = ::readdir(proc)) {
       const pid_t pid = static_cast<pid_t>(std::atoi(ent->d_name));
       if (pid <= 0) continue;
       std::ifstream st("/proc/" + std::string(ent->d_name) + "/stat");
@@ -113,7 +113,7 @@ TEST_CASE("helpers: one killed while idle is restarted, its files are not marked
       rest >> state >> ppid;
       if (ppid == ::getpid() && ::kill(pid, SIGKILL) == 0) ++killed;
     }
-    ::closedir(d);
+    ::closedir(proc);
   }
   REQUIRE(killed == 1);
   ::usleep(100000);

@@ -244,7 +244,7 @@ TEST_CASE("sequential prefetcher: waits until a stream has gone `after` bytes", 
   // asynchronous read-ahead after it. That is not a stream: nothing is prefetched.
   SequentialPrefetcher p({1000, 8000, 100, 1000});
   const uint64_t size = 1000000;
-  for (uint64_t base : {50000, 20000, 700000, 3000}) {
+  for (uint64_t base : {50000u, 20000u, 700000u, 3000u}) {
     CHECK(p.on_read(base, 300, size).len == 0);
     CHECK(p.on_read(base + 300, 300, size).len == 0);
     CHECK(p.on_read(base + 600, 300, size).len == 0);
