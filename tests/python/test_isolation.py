@@ -18,6 +18,14 @@ import pytest
 
 from h5d_testlib import Mount, make_tmpdir
 
+# Under ASan (tools/test-sanitizers.sh sets H5D_SANITIZED=1) the helper processes are
+# instrumented too, and these files make libhdf5 itself overflow its buffers: ASan then stops
+# the helper with a report (isolation working as designed), which the sanitizer run counts as a
+# failure and which changes what reads of those files return. The daemon's own memory safety on
+# them is what the uninstrumented run of this file checks (the daemon survives, bytes or EIO).
+pytestmark = pytest.mark.skipif(os.environ.get('H5D_SANITIZED') == '1',
+                                reason='libhdf5 overflows on these files; ASan stops the helper')
+
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CORPUS = osp.join(REPO, '..', 'shared', 'corpus')
 HDF5_OFFICIAL = osp.join(CORPUS, 'shyrmapp+hdf5', 'testdata', 'hdf5_official')
