@@ -146,7 +146,6 @@ class ReadPolicy {
   // when the file is opened, where the daemon can set read-ahead (root); the choice also sets
   // when a stream starts (two units with single-page windows, Config::after otherwise).
   unsigned choose_readahead_kb(bool push, unsigned mount_kb);
-  bool decodes() const { return g_.decodes; }
 
   // After the reader's read of file bytes [off, off + n) (n: what it got). `decoded` tells
   // whether data bytes are decoded already (Engine::bytes_decoded). Updates the stream.
