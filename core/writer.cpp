@@ -59,42 +59,71 @@ void pread_all(int fd, uint8_t* p, size_t n, uint64_t off, const std::string& wh
   }
 }
 
-// An HDF5 type for a numpy typestr (as h5py writes them: bool as an int8 enum, complex as an
-// {r, i} compound, bytes as a null-padded fixed string).
-h5::Handle make_type(const std::string& ts, size_t* itemsize) {
-  if (ts.size() < 3) fail(EINVAL, "unsupported dtype '" + ts + "'");
-  char order = ts[0];
-  const char kind = ts[1];
+// A numpy typestr checked against what the writer can make ("<u2", ">f8", "|b1", "<c8", "|S16").
+struct TypeStr {
+  char kind = 0;
+  bool big_endian = false;
   size_t size = 0;
-  try {
-    size = std::stoul(ts.substr(2));
-  } catch (...) {
-    fail(EINVAL, "unsupported dtype '" + ts + "'");
+};
+
+TypeStr parse_typestr(const std::string& ts) {
+  auto bad = [&](const char* why) { fail(EINVAL, "unsupported dtype '" + ts + "'" + why); };
+  if (ts.size() < 3 || ts.size() > 12) bad("");
+  const char order = ts[0];
+  if (order != '<' && order != '>' && order != '|' && order != '=') bad("");
+  for (size_t i = 2; i < ts.size(); ++i) {
+    if (ts[i] < '0' || ts[i] > '9') bad("");
   }
-  if (order == '=') order = '<';
-  if (order != '<' && order != '>' && order != '|') fail(EINVAL, "unsupported dtype '" + ts + "'");
-  const bool be = order == '>';
-  *itemsize = size;
+  TypeStr t;
+  t.kind = ts[1];
+  t.big_endian = order == '>';
+  t.size = std::stoull(ts.substr(2));  // at most 10 digits: no overflow
+  const size_t n = t.size;
+  switch (t.kind) {
+    case 'u':
+    case 'i':
+      if (n != 1 && n != 2 && n != 4 && n != 8) bad("");
+      break;
+    case 'f':
+      if (n != 4 && n != 8) bad(" (float32 and float64 only)");
+      break;
+    case 'c':
+      if (n != 8 && n != 16) bad("");
+      break;
+    case 'b':
+      if (n != 1) bad("");
+      break;
+    case 'S':
+      // An HDF5 type size is a 32-bit field.
+      if (n == 0 || n > 0xffffffffull) bad("");
+      break;
+    default:
+      bad(" (integers, float32/64, bool, complex, bytes)");
+  }
+  return t;
+}
+
+// The HDF5 type of a checked typestr (as h5py writes them: bool as an int8 enum, complex as an
+// {r, i} compound, bytes as a null-padded fixed string).
+h5::Handle make_type(const TypeStr& ts) {
+  const bool be = ts.big_endian;
+  const size_t size = ts.size;
   auto copy = [](hid_t t) { return h5::check(H5Tcopy(t), "H5Tcopy"); };
-  switch (kind) {
+  switch (ts.kind) {
     case 'u':
     case 'i': {
-      hid_t base = -1;
+      const bool u = ts.kind == 'u';
       switch (size) {
-        case 1: base = kind == 'u' ? H5T_STD_U8LE : H5T_STD_I8LE; break;
-        case 2: base = kind == 'u' ? (be ? H5T_STD_U16BE : H5T_STD_U16LE) : (be ? H5T_STD_I16BE : H5T_STD_I16LE); break;
-        case 4: base = kind == 'u' ? (be ? H5T_STD_U32BE : H5T_STD_U32LE) : (be ? H5T_STD_I32BE : H5T_STD_I32LE); break;
-        case 8: base = kind == 'u' ? (be ? H5T_STD_U64BE : H5T_STD_U64LE) : (be ? H5T_STD_I64BE : H5T_STD_I64LE); break;
-        default: fail(EINVAL, "unsupported dtype '" + ts + "'");
+        case 1: return copy(u ? H5T_STD_U8LE : H5T_STD_I8LE);
+        case 2: return copy(u ? (be ? H5T_STD_U16BE : H5T_STD_U16LE) : (be ? H5T_STD_I16BE : H5T_STD_I16LE));
+        case 4: return copy(u ? (be ? H5T_STD_U32BE : H5T_STD_U32LE) : (be ? H5T_STD_I32BE : H5T_STD_I32LE));
+        default: return copy(u ? (be ? H5T_STD_U64BE : H5T_STD_U64LE) : (be ? H5T_STD_I64BE : H5T_STD_I64LE));
       }
-      return copy(base);
     }
     case 'f':
       if (size == 4) return copy(be ? H5T_IEEE_F32BE : H5T_IEEE_F32LE);
-      if (size == 8) return copy(be ? H5T_IEEE_F64BE : H5T_IEEE_F64LE);
-      fail(EINVAL, "unsupported dtype '" + ts + "' (float32 and float64 only)");
+      return copy(be ? H5T_IEEE_F64BE : H5T_IEEE_F64LE);
     case 'c': {
-      if (size != 8 && size != 16) fail(EINVAL, "unsupported dtype '" + ts + "'");
       hid_t f = size == 8 ? (be ? H5T_IEEE_F32BE : H5T_IEEE_F32LE) : (be ? H5T_IEEE_F64BE : H5T_IEEE_F64LE);
       h5::Handle t = h5::check(H5Tcreate(H5T_COMPOUND, size), "H5Tcreate");
       h5::check(H5Tinsert(t.get(), "r", 0, f), "H5Tinsert");
@@ -102,7 +131,6 @@ h5::Handle make_type(const std::string& ts, size_t* itemsize) {
       return t;
     }
     case 'b': {
-      if (size != 1) fail(EINVAL, "unsupported dtype '" + ts + "'");
       h5::Handle t = h5::check(H5Tenum_create(H5T_NATIVE_INT8), "H5Tenum_create");
       int8_t v = 0;
       h5::check(H5Tenum_insert(t.get(), "FALSE", &v), "H5Tenum_insert");
@@ -110,16 +138,22 @@ h5::Handle make_type(const std::string& ts, size_t* itemsize) {
       h5::check(H5Tenum_insert(t.get(), "TRUE", &v), "H5Tenum_insert");
       return t;
     }
-    case 'S': {
-      if (size == 0) fail(EINVAL, "unsupported dtype '" + ts + "'");
+    default: {  // 'S'
       h5::Handle t = copy(H5T_C_S1);
       h5::check(H5Tset_size(t.get(), size), "H5Tset_size");
       h5::check(H5Tset_strpad(t.get(), H5T_STR_NULLPAD), "H5Tset_strpad");
       return t;
     }
-    default:
-      fail(EINVAL, "unsupported dtype '" + ts + "' (integers, float32/64, bool, complex, bytes)");
   }
+}
+
+// shape x itemsize, saturating at UINT64_MAX (no wrap: a caller compares it with a limit).
+uint64_t saturating_bytes(const Shape& shape, uint64_t itemsize) {
+  uint64_t n = itemsize;
+  for (uint64_t x : shape) {
+    if (__builtin_mul_overflow(n, x, &n)) return UINT64_MAX;
+  }
+  return n;
 }
 
 // About 1 MiB chunks: inner dimensions kept whole as long as possible.
@@ -128,7 +162,7 @@ Shape auto_chunks(const Shape& shape, size_t itemsize) {
   for (auto& x : c) x = std::max<uint64_t>(x, 1);
   const uint64_t target = 1u << 20;
   for (size_t k = 0; k < c.size(); ++k) {
-    while (product(c) * itemsize > target && c[k] > 1) c[k] = (c[k] + 1) / 2;
+    while (saturating_bytes(c, itemsize) > target && c[k] > 1) c[k] = (c[k] + 1) / 2;
   }
   return c;
 }
@@ -553,6 +587,36 @@ void ensure_size(int fd, uint64_t size, const std::string& what) {
 
 }  // namespace
 
+DatasetPlan plan_dataset(const NewDataset& spec) {
+  const TypeStr ts = parse_typestr(spec.typestr);
+  DatasetPlan p;
+  p.itemsize = ts.size;
+  const size_t rank = spec.shape.size();
+  if (rank > 32) fail(EINVAL, "at most 32 dimensions (HDF5's limit)");
+  // Byte offsets in files and in the .npy are signed 64-bit.
+  p.nbytes = saturating_bytes(spec.shape, p.itemsize);
+  if (p.nbytes > uint64_t(INT64_MAX)) fail(EFBIG, "the array would exceed 2^63 bytes");
+  p.compression = spec.compression == "none" ? "" : spec.compression;
+  bool chunked = !spec.chunks.empty() || !p.compression.empty();
+  if (rank == 0 || p.nbytes == 0) chunked = false;  // scalars and empty arrays: contiguous
+  if (!chunked) return p;
+  if (!spec.chunks.empty()) {
+    if (spec.chunks.size() != rank) fail(EINVAL, "chunks must have one entry per dimension");
+    p.chunks = spec.chunks;
+    for (size_t k = 0; k < rank; ++k) {
+      if (p.chunks[k] == 0) fail(EINVAL, "chunk dimensions must be >= 1");
+      p.chunks[k] = std::min(p.chunks[k], spec.shape[k]);
+    }
+  } else {
+    p.chunks = auto_chunks(spec.shape, p.itemsize);
+  }
+  // HDF5 keeps a chunk's size in 32 bits.
+  const uint64_t chunk_bytes = saturating_bytes(p.chunks, p.itemsize);
+  if (chunk_bytes >= (4ull << 30)) fail(EINVAL, "chunks must be smaller than 4 GiB");
+  p.pipeline = write_pipeline(p.compression, spec.level, spec.shuffle, p.itemsize, chunk_bytes);
+  return p;
+}
+
 Writer::Writer(Engine& engine, WriterOptions opts) : engine_(engine), opts_(std::move(opts)) {
   h5::init_library();
 }
@@ -627,33 +691,25 @@ DatasetWriterPtr Writer::create_dataset(const std::string& file, const std::stri
   auto lk = h5::lock();
   auto fs = file_state(file);
   if (H5Lexists(fs->fid, path.c_str(), H5P_DEFAULT) > 0) fail(EEXIST, what + " exists");
-  size_t itemsize = 0;
-  h5::Handle type = make_type(spec.typestr, &itemsize);
+  DatasetPlan plan;
+  try {
+    plan = plan_dataset(spec);
+  } catch (const Error& e) {
+    fail(e.code(), what + ": " + e.what());
+  }
+  const size_t itemsize = plan.itemsize;
+  h5::Handle type = make_type(parse_typestr(spec.typestr));
   const size_t rank = spec.shape.size();
-  const uint64_t nbytes = product(spec.shape) * itemsize;
+  const uint64_t nbytes = plan.nbytes;
   std::vector<hsize_t> dims(spec.shape.begin(), spec.shape.end());
   h5::Handle space = rank == 0 ? h5::check(H5Screate(H5S_SCALAR), "H5Screate")
                                : h5::check(H5Screate_simple(int(rank), dims.data(), nullptr), "H5Screate_simple");
   h5::Handle dcpl = h5::check(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate");
-  const std::string compression = spec.compression == "none" ? "" : spec.compression;
-  bool chunked = !spec.chunks.empty() || !compression.empty();
-  if (rank == 0 || nbytes == 0) chunked = false;  // scalars and empty arrays: contiguous
-  Shape chunks;
-  std::vector<FilterInfo> pipeline;
+  const std::string& compression = plan.compression;
+  const bool chunked = !plan.chunks.empty();
+  const Shape& chunks = plan.chunks;
+  const std::vector<FilterInfo>& pipeline = plan.pipeline;
   if (chunked) {
-    if (!spec.chunks.empty()) {
-      if (spec.chunks.size() != rank) fail(EINVAL, what + ": chunks must have one entry per dimension");
-      chunks = spec.chunks;
-      for (size_t k = 0; k < rank; ++k) {
-        if (chunks[k] == 0) fail(EINVAL, what + ": chunk dimensions must be >= 1");
-        chunks[k] = std::min(chunks[k], spec.shape[k]);
-      }
-    } else {
-      chunks = auto_chunks(spec.shape, itemsize);
-    }
-    const uint64_t chunk_bytes = product(chunks) * itemsize;
-    if (chunk_bytes >= (4ull << 30)) fail(EINVAL, what + ": chunks must be smaller than 4 GiB");
-    pipeline = write_pipeline(compression, spec.level, spec.shuffle, itemsize, chunk_bytes);
     if (compression == "zstd") {
       // Readable where the zstd HDF5 plugin (filter 32015) is installed; Debian 12 ships none
       // (its h5py and hdf5plugin cannot read these files): say so once per mount.

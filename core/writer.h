@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/filters/filters.h"
 #include "core/region.h"
 
 namespace h5d {
@@ -37,6 +38,19 @@ struct NewDataset {
   int level = -1;
   bool shuffle = true;
 };
+
+// What a NewDataset becomes, decided without libhdf5: the spec is user input (a .npy header or a
+// JSON spec written to a writable mount). Error(EINVAL) for unsupported dtypes, more than 32
+// dimensions, zero or mismatched chunk dimensions, chunks of 4 GiB or more, unknown compression;
+// Error(EFBIG) when the array's bytes would exceed 2^63 (sizes never wrap).
+struct DatasetPlan {
+  size_t itemsize = 0;
+  uint64_t nbytes = 0;
+  Shape chunks;                      // empty: contiguous (scalars and empty arrays always are)
+  std::string compression;           // "" for none
+  std::vector<FilterInfo> pipeline;  // what chunks are encoded with
+};
+DatasetPlan plan_dataset(const NewDataset& spec);
 
 class DatasetWriter {
  public:

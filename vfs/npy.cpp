@@ -124,8 +124,13 @@ NpyHeader parse_npy_header(const std::string& bytes) {
       num += c;
     } else if (c == ',' || c == ')') {
       if (!num.empty()) {
-        if (num.size() > 18) fail(EINVAL, ".npy header: shape too large");
-        h.shape.push_back(std::stoull(num));
+        uint64_t v = 0;
+        for (char digit : num) {
+          if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, uint64_t(digit - '0'), &v)) {
+            fail(EFBIG, ".npy header: a dimension beyond 2^64");
+          }
+        }
+        h.shape.push_back(v);
       } else if (c == ',') {
         fail(EINVAL, ".npy header: bad shape");
       }

@@ -7,12 +7,11 @@
 #include <cstring>
 #include <mutex>
 
-#include <nlohmann/json.hpp>
-
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/h5file.h"
 #include "core/log.h"
+#include "vfs/dataset_spec.h"
 #include "vfs/npy.h"
 #include "vfs/sidecar.h"
 
@@ -74,55 +73,6 @@ void add_siblings(const StatePtr& s, Kind created_by);
 void create_dataset(NewDatasetState& s, const NewDataset& spec, std::string header) {
   s.w = s.ctx.writer->create_dataset(s.file, s.dset, spec);
   s.header = std::move(header);
-}
-
-NewDataset spec_from_npy(const NpyHeader& h, const WriterOptions& o) {
-  NewDataset d;
-  d.shape = h.shape;
-  d.typestr = h.descr;
-  d.compression = o.compression;
-  d.level = o.level;
-  return d;
-}
-
-NewDataset spec_from_json(const std::string& text, const WriterOptions& o) {
-  using nlohmann::json;
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    fail(EINVAL, std::string("dataset spec is not valid JSON: ") + e.what());
-  }
-  if (!j.is_object()) fail(EINVAL, "dataset spec must be a JSON object");
-  NewDataset d;
-  d.compression = o.compression;
-  d.level = o.level;
-  try {
-    for (const auto& [k, v] : j.items()) {
-      if (k == "shape") {
-        d.shape = v.get<Shape>();
-      } else if (k == "dtype") {
-        d.typestr = v.get<std::string>();
-      } else if (k == "chunks") {
-        if (!v.is_null()) d.chunks = v.get<Shape>();
-      } else if (k == "compression") {
-        d.compression = v.is_null() ? "" : v.get<std::string>();
-      } else if (k == "level" || k == "compression_opts") {
-        d.level = v.get<int>();
-      } else if (k == "shuffle") {
-        d.shuffle = v.get<bool>();
-      } else {
-        fail(EINVAL, "dataset spec: unknown key '" + k +
-                         "' (shape, dtype, chunks, compression, level, shuffle)");
-      }
-    }
-  } catch (const json::exception& e) {
-    fail(EINVAL, std::string("dataset spec: ") + e.what());
-  }
-  if (!j.contains("shape") || !j.contains("dtype")) fail(EINVAL, "dataset spec needs shape and dtype");
-  // Accept numpy's spellings of native byte order.
-  if (!d.typestr.empty() && d.typestr[0] == '=') d.typestr[0] = '<';
-  return d;
 }
 
 class NewOpenFile final : public OpenFile {
@@ -190,10 +140,19 @@ class NewOpenFile final : public OpenFile {
         if (p.size() < off + size) p.resize(off + size, '\0');
         std::memcpy(&p[off], buf, size);
         const size_t hl = npy_header_length(p);
+        if (hl > kMaxSpecBytes || p.size() > kMaxSpecBytes) {
+          p.clear();
+          fail(EFBIG, s_->stem + ".npy: a .npy header is at most 1 MiB");
+        }
         if (hl == 0 || p.size() < hl) return size;
-        const NpyHeader h = parse_npy_header(p);
         std::string rest = p.substr(hl);
-        create_dataset(*s_, spec_from_npy(h, s_->ctx.writer->options()), p.substr(0, hl));
+        try {
+          const NpyHeader h = parse_npy_header(p);
+          create_dataset(*s_, spec_from_npy(h, s_->ctx.writer->options()), p.substr(0, hl));
+        } catch (const Error&) {
+          p.clear();  // a refused header is not kept: writing a new one starts over
+          throw;
+        }
         p.clear();
         lk.unlock();
         add_siblings(s_, Kind::Npy);
@@ -254,7 +213,7 @@ class NewOpenFile final : public OpenFile {
     std::lock_guard<std::mutex> lk(s_->mu);
     if (s_->w) fail(EINVAL, s_->stem + ".json: the dataset exists already");
     std::string& p = s_->pending;
-    if (off + size > (1u << 20)) fail(EFBIG, s_->stem + ".json: a spec is at most 1 MiB");
+    if (off + size > kMaxSpecBytes) fail(EFBIG, s_->stem + ".json: a spec is at most 1 MiB");
     if (p.size() < off + size) p.resize(off + size, ' ');
     std::memcpy(&p[off], buf, size);
     return size;

@@ -209,3 +209,13 @@ def check_dataset_files(mnt_dir, name, expected, rng=None):
         del mm
     check_random_reads(npy, content, rng)
     return side
+
+
+def process_memory(pid):
+    """{'VmRSS': bytes, 'VmHWM': bytes} of a process (from /proc/PID/status)."""
+    out = {}
+    with open(f'/proc/{pid}/status') as f:
+        for ln in f:
+            if ln.startswith(('VmRSS:', 'VmHWM:')):
+                out[ln.split(':')[0]] = int(ln.split()[1]) * 1024
+    return out

@@ -75,15 +75,6 @@ def _reader(mnt, files, seed, deadline, q):
     q.put(('ok', reads, nbytes, bad))
 
 
-def _mem(pid):
-    out = {}
-    with open(f'/proc/{pid}/status') as f:
-        for ln in f:
-            if ln.startswith(('VmRSS:', 'VmHWM:')):
-                out[ln.split(':')[0]] = int(ln.split()[1]) * 1024
-    return out
-
-
 def test_many_processes_random_ranges_small_cache(mount):
     d = tl.make_tmpdir('load-')
     files = [_make(d, i) for i in range(NFILES)]
@@ -96,7 +87,7 @@ def test_many_processes_random_ranges_small_cache(mount):
         p.start()
     peak_rss = 0
     while any(p.is_alive() for p in procs) and time.monotonic() < deadline + 60:
-        peak_rss = max(peak_rss, _mem(m.proc.pid)['VmRSS'])
+        peak_rss = max(peak_rss, tl.process_memory(m.proc.pid)['VmRSS'])
         time.sleep(0.2)
     results = [q.get(timeout=60) for _ in procs]
     for p in procs:
@@ -109,7 +100,7 @@ def test_many_processes_random_ranges_small_cache(mount):
     bad = sum(r[3] for r in results)
     assert bad == 0, f'{bad} of {reads} reads differed from h5py'
     assert reads > 100
-    mem = _mem(m.proc.pid)
+    mem = tl.process_memory(m.proc.pid)
     s = m.stats()
     print(f'\nload: {PROCS} processes, {reads} reads, {nbytes / 1e6:.0f} MB in {DURATION:.0f} s; '
           f'daemon VmRSS peak {peak_rss >> 20} MiB, VmHWM {mem["VmHWM"] >> 20} MiB '

@@ -7,6 +7,7 @@ import json
 import os
 import os.path as osp
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
@@ -340,3 +341,33 @@ def test_bad_headers_and_specs(srcdir, mount):
         np.testing.assert_array_equal(f['c'][()], np.arange(6, dtype='<c8').reshape(2, 3))
         np.testing.assert_array_equal(f['t'][()], [True, False, True])
         assert f['one'][()] == 2.5
+
+
+def test_oversized_headers_and_shapes_are_refused(srcdir, mount):
+    """A .npy header that claims to be huge is not collected without end in the daemon (EFBIG
+    past 1 MiB), and shapes whose byte size would pass 2^63 (or wrap 2^64) are EFBIG, not a
+    wrapped size; the daemon keeps serving."""
+    m = mount(srcdir, 'writable')
+    os.mkdir(m.path('big.h5'))
+    rss0 = tl.process_memory(m.proc.pid)['VmRSS']
+    # Version 2.0 header whose length field says 2 GiB: refused once the length is known.
+    head = b'\x93NUMPY\x02\x00' + struct.pack('<I', 2 << 30)
+    with pytest.raises(OSError) as e:
+        with open(m.path('big.h5', 'h.npy'), 'wb', buffering=0) as f:
+            f.write(head)
+    assert e.value.errno == errno.EFBIG
+    assert tl.process_memory(m.proc.pid)['VmRSS'] - rss0 < 64 << 20
+    assert 'a .npy header is at most 1 MiB' in m.log()
+    for i, shape in enumerate([(1 << 40, 1 << 40), (1 << 62,)]):
+        with pytest.raises(OSError) as e:
+            with open(m.path('big.h5', f'w{i}.npy'), 'wb') as f:
+                np.lib.format.write_array_header_2_0(
+                    f, {'descr': '<f4', 'fortran_order': False, 'shape': shape})
+        assert e.value.errno == errno.EFBIG, shape
+    with pytest.raises(OSError) as e:
+        with open(m.path('big.h5', 's.json'), 'w') as f:
+            f.write('{"shape": [%d, %d], "dtype": "<u2", "compression": "gzip"}' % (1 << 33, 1 << 33))
+    assert e.value.errno == errno.EFBIG
+    np.save(m.path('big.h5', 'ok.npy'), np.arange(10, dtype='<i8'))
+    np.testing.assert_array_equal(np.load(m.path('big.h5', 'ok.npy')), np.arange(10))
+
