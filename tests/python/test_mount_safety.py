@@ -480,6 +480,24 @@ def test_help_and_usage_md_list_the_same_options_and_defaults():
     assert hi == di
 
 
+def man_page_options():
+    """-o names in docs/mount.h5direct.8's OPTIONS section (.BI NAME= ... or .B NAME)."""
+    text = open(osp.join(ROOT, 'docs', 'mount.h5direct.8')).read()
+    section = text.split('\n.SH OPTIONS\n')[1].split('\n.SH ')[0]
+    names = set()
+    for ln in section.splitlines():
+        mo = re.match(r'^\.BI? "?(\w+)(=|$| )', ln)
+        if mo:
+            names.add(mo.group(1))
+    return names
+
+
+def test_man_page_documents_every_option():
+    h, _ = help_options()
+    missing = set(h) - man_page_options()
+    assert not missing, f'options of --help missing from docs/mount.h5direct.8: {sorted(missing)}'
+
+
 def test_install_puts_h5direct_on_users_path(tmp_path):
     build = osp.dirname(osp.dirname(tl.BIN))
     prefix = str(tmp_path / 'usr')
