@@ -172,10 +172,17 @@ Run file_span(uint64_t addr, const Shape& shape, size_t itemsize, const Region& 
   return {lo, nullptr, hi - lo};
 }
 
+// A contiguous dataset's bytes are the `stored` bytes at `addr` (the layout message's size,
+// H5Dget_storage_size). A dataspace grown beyond them (a damaged or crafted shape) would read
+// the file bytes that follow, which belong to something else (libhdf5 1.10.8 returns them):
+// every read of such a dataset is EIO. Wholly, not only beyond the storage: the kernel reads
+// whole pages and reads ahead, so which reads of the first part would succeed is not the
+// reader's to know.
 class ContiguousArray final : public DatasetArray {
  public:
-  ContiguousArray(Engine& e, std::shared_ptr<const DatasetInfo> info, uint64_t addr, const FileIdentity& id)
-      : DatasetArray(e, std::move(info)), addr_(addr), file_id_(id) {}
+  ContiguousArray(Engine& e, std::shared_ptr<const DatasetInfo> info, uint64_t addr, uint64_t stored,
+                  const FileIdentity& id)
+      : DatasetArray(e, std::move(info)), addr_(addr), stored_(stored), file_id_(id) {}
 
   void plan(const Region& r, const DestView& dst, ReadPlan& plan) const override {
     if (r.empty()) return;
@@ -184,6 +191,10 @@ class ContiguousArray final : public DatasetArray {
       plan.add([r, dst, fill] { fill_region(r.count, fill, dst.base, dst.strides); });
       return;
     }
+    if (nbytes() > stored_)
+      fail_data(what_ + ": shape x itemsize (" + std::to_string(nbytes()) + " bytes) lies beyond its storage (" +
+                std::to_string(stored_) + " bytes at file offset " + std::to_string(addr_) +
+                "): the dataspace or the layout is damaged");
     std::vector<Run> runs;
     collect_runs(addr_, shape(), dtype().itemsize, r, dst, runs);
     if (log::debug_enabled()) log::debug("read " + what_ + ": direct (contiguous)");
@@ -192,12 +203,14 @@ class ContiguousArray final : public DatasetArray {
 
   void plan_prefetch(const Region& r, ReadPlan& plan) const override {
     if (r.empty() || addr_ == fmt::kUndefAddr) return;
+    if (nbytes() > stored_) return;
     std::vector<Run> runs{file_span(addr_, shape(), dtype().itemsize, r)};
     plan_willneed(engine_, info_->file, file_id_, runs, plan);
   }
 
  private:
   uint64_t addr_;
+  uint64_t stored_;
   FileIdentity file_id_;
 };
 
@@ -208,7 +221,10 @@ class ChunkedArray final : public DatasetArray {
     ds_rank_ = st.ds_rank;
     chunk_ext_ = info_->chunks;  // chunk dims over the dataspace, then the folded array dims
     for (size_t k = ds_rank_; k < info_->shape.size(); ++k) chunk_ext_.push_back(info_->shape[k]);
-    chunk_bytes_ = product(chunk_ext_) * info_->dtype.itemsize;
+    // Checked, never wrapped: one decoded chunk is allocated at this size.
+    unsigned __int128 cb = info_->dtype.itemsize;
+    for (auto c : chunk_ext_) cb = cb * c > kMaxChunkBytes ? kMaxChunkBytes + 1 : cb * c;
+    chunk_bytes_ = static_cast<uint64_t>(cb);
     filtered_ = !info_->filters.empty();
   }
 
@@ -230,6 +246,7 @@ class ChunkedArray final : public DatasetArray {
         plan.add([in_chunk, d, fill] { fill_region(in_chunk.count, fill, d.base, d.strides); });
         return;
       }
+      check_chunk(ctx, cc, lin, *loc);
       if (!needs_decode(cc, *loc)) {
         collect_runs(loc->addr, chunk_ext_, dtype().itemsize, in_chunk, d, runs);
         return;
@@ -254,7 +271,7 @@ class ChunkedArray final : public DatasetArray {
     std::vector<Run> runs;  // chunks stored as they are read: the kernel reads them ahead
     for_each_chunk(r, [&](const Shape& cc, uint64_t lin, const Region& sub) {
       const fmt::ChunkLoc* loc = ctx.map.find(lin);
-      if (!loc) return;
+      if (!loc || !chunk_ok(ctx, cc, lin, *loc)) return;
       if (!needs_decode(cc, *loc)) {
         Region in_chunk = sub;
         for (size_t k = 0; k < ds_rank_; ++k) in_chunk.start[k] -= cc[k] * chunk_ext_[k];
@@ -325,6 +342,9 @@ class ChunkedArray final : public DatasetArray {
     if (!ctx_) {
       auto ctx = std::make_unique<ChunkContext>();
       try {
+        if (chunk_bytes_ > kMaxChunkBytes)
+          fail_data("chunks of more than " + std::to_string(kMaxChunkBytes) +
+                    " bytes (libhdf5 writes none of 4 GiB or more): a damaged chunk shape");
         auto fd = engine_.fds().get(info_->file, &st_.file_id);
         ctx->layout = fmt::read_layout(*fd, st_.geo, st_.ohdr_addr);
         Shape dims(info_->shape.data(), info_->shape.data() + ds_rank_);
@@ -332,6 +352,12 @@ class ChunkedArray final : public DatasetArray {
         const uint64_t h5_elem_size = chunk_bytes_ / std::max<uint64_t>(1, product(info_->chunks));
         ctx->map = fmt::read_chunk_map(*fd, st_.geo, ctx->layout, dims, maxdims, h5_elem_size, filtered_);
         FdCache::verify(info_->file, st_.file_id);
+        if (ctx->map.beyond_extent)
+          log::warn(what_ + ": chunk index: " + std::to_string(ctx->map.beyond_extent) +
+                    " chunk record(s) beyond the current extent (inside the maximum one) ignored, as libhdf5 does");
+        if (ctx->map.damaged())
+          log::warn(what_ + ": chunk index: " + std::to_string(ctx->map.damaged()) +
+                    " chunk(s) overlap other chunks or index nodes: reading them is EIO");
       } catch (...) {
         rethrow_with_context(what_ + ": chunk index");
       }
@@ -396,6 +422,26 @@ class ChunkedArray final : public DatasetArray {
     return false;
   }
 
+  // Why chunk `lin` must not be read, or "": the index marked it damaged (it overlaps another
+  // chunk or an index node), or it is stored unfiltered (read as it lies in the file) in other
+  // than exactly the chunk's bytes: a short record would serve the file bytes after it, a
+  // longer one means the record is wrong.
+  std::string chunk_problem(const ChunkContext& ctx, const Shape& cc, uint64_t lin, const fmt::ChunkLoc& loc) const {
+    if (const std::string* why = ctx.map.damage(lin)) return *why;
+    if (!needs_decode(cc, loc) && loc.size != chunk_bytes_)
+      return "stored unfiltered (filter mask " + std::to_string(loc.filter_mask) + ") in " + std::to_string(loc.size) +
+             " bytes, but the chunk holds " + std::to_string(chunk_bytes_) + ": its index record is damaged";
+    return {};
+  }
+  bool chunk_ok(const ChunkContext& ctx, const Shape& cc, uint64_t lin, const fmt::ChunkLoc& loc) const {
+    return chunk_problem(ctx, cc, lin, loc).empty();
+  }
+  void check_chunk(const ChunkContext& ctx, const Shape& cc, uint64_t lin, const fmt::ChunkLoc& loc) const {
+    const std::string why = chunk_problem(ctx, cc, lin, loc);
+    if (!why.empty())
+      fail_data(what_ + ": chunk " + coords_str(cc) + " at file offset " + std::to_string(loc.addr) + ": " + why);
+  }
+
   // Unfiltered chunks (no pipeline, every filter skipped, or an unfiltered partial edge chunk)
   // are read straight from the file.
   bool needs_decode(const Shape& cc, const fmt::ChunkLoc& loc) const {
@@ -444,6 +490,8 @@ class ChunkedArray final : public DatasetArray {
     }
   }
 
+  // HDF5 chunks are below 4 GiB (H5Pset_chunk; the v1 B-tree stores their size in 32 bits).
+  static constexpr uint64_t kMaxChunkBytes = (uint64_t(1) << 32) - 1;
   StorageInfo st_;
   uint64_t array_id_;
   size_t ds_rank_ = 0;
@@ -462,7 +510,7 @@ class ChunkedArray final : public DatasetArray {
 ArrayPtr make_dataset_array(Engine& engine, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st) {
   if (!info->is_array) fail(EINVAL, info->file + ":" + info->path + ": not an array: " + info->why_not_array);
   if (st.library_only) return make_library_array(engine, info, st, st.library_reason);
-  if (info->layout == "contiguous") return std::make_shared<ContiguousArray>(engine, info, st.contiguous_addr, st.file_id);
+  if (info->layout == "contiguous") return std::make_shared<ContiguousArray>(engine, info, st.contiguous_addr, st.storage_size, st.file_id);
   if (info->layout == "chunked") return std::make_shared<ChunkedArray>(engine, info, st);
   if (info->layout == "virtual") return make_virtual_array(engine, info, st);
   fail(EIO, info->file + ":" + info->path + ": " + info->layout + " layout without a library read path");

@@ -347,7 +347,13 @@ std::pair<std::string, std::string> external_link_target(hid_t fid, const std::s
 }
 
 // Shape, maxshape and element type; array element types folded into the shape (`folded`).
-void read_type_and_shape(hid_t ftype, hid_t space, DatasetInfo& info, StorageInfo& st, Shape& folded) {
+// `file_size` (0: unknown) bounds the element size of a dataset with storage: one stored element
+// larger than the whole file cannot be, so its type size is damaged; it is shown as a non-array
+// rather than allocating buffers (the fill value's) of that size. A dataset without storage
+// (all fill: h5repack_objs.h5 /arrayd, one element of 128 MiB in a 19 KiB file) is what it says.
+// Returns false for such a type (nothing more about the dataset may be asked of libhdf5).
+bool read_type_and_shape(hid_t d, hid_t ftype, hid_t space, uint64_t file_size, DatasetInfo& info, StorageInfo& st,
+                         Shape& folded) {
   const int rank = H5Sget_simple_extent_ndims(space);
   std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 0))), maxdims(dims.size());
   H5Sget_simple_extent_dims(space, dims.data(), maxdims.data());
@@ -355,6 +361,18 @@ void read_type_and_shape(hid_t ftype, hid_t space, DatasetInfo& info, StorageInf
   info.shape.assign(dims.begin(), dims.end());
   for (auto m : maxdims) info.maxshape.push_back(m == H5S_UNLIMITED ? ~uint64_t(0) : m);
   st.ds_rank = info.shape.size();
+  const size_t type_size = H5Tget_size(ftype);
+  H5D_space_status_t allocated = H5D_SPACE_STATUS_ERROR;
+  // Asked only in this rare case: for a chunked dataset libhdf5 walks the chunk index.
+  if (file_size && type_size > file_size && (H5Dget_space_status(d, &allocated) < 0 ||
+                                             allocated != H5D_SPACE_STATUS_NOT_ALLOCATED)) {
+    H5Eclear2(H5E_DEFAULT);
+    info.is_array = false;
+    info.why_not_array = "element of " + std::to_string(type_size) + " bytes, larger than the file (" +
+                         std::to_string(file_size) + " bytes): a damaged datatype";
+    info.hdf5_type = "datatype of " + std::to_string(type_size) + " bytes";
+    return false;
+  }
   info.is_array = h5::dtype_from_h5(ftype, info.dtype, folded, info.why_not_array, info.hdf5_type);
   if (null_space && info.is_array) {
     info.is_array = false;
@@ -370,6 +388,7 @@ void read_type_and_shape(hid_t ftype, hid_t space, DatasetInfo& info, StorageInf
     info.shape.insert(info.shape.end(), folded.begin(), folded.end());
     info.maxshape.insert(info.maxshape.end(), folded.begin(), folded.end());
   }
+  return true;
 }
 
 void read_layout_and_filters(hid_t dcpl, size_t ds_rank, DatasetInfo& info) {
@@ -419,6 +438,8 @@ void read_fill_value(hid_t dcpl, hid_t ftype, DatasetInfo& info) {
     }
   }
   const hid_t ftype_served = mtype ? mtype.get() : ftype;
+  // Non-arrays have no fill value to serve (and a damaged type size must not size a buffer).
+  if (!info.is_array) return;
   size_t h5_elem = H5Tget_size(ftype_served);
   info.fill_value.assign(h5_elem, 0);
   H5D_fill_value_t fv;
@@ -564,9 +585,16 @@ std::shared_ptr<const DatasetInfo> H5File::load_info(const std::string& dset_pat
   }
   h5::Handle ftype = h5::check(H5Dget_type(d.get()), what + ": H5Dget_type");
   h5::Handle space = h5::check(H5Dget_space(d.get()), what + ": H5Dget_space");
-  h5::Handle dcpl = h5::check(H5Dget_create_plist(d.get()), what + ": H5Dget_create_plist");
   Shape folded;
-  read_type_and_shape(ftype.get(), space.get(), *info, st, folded);
+  if (!read_type_and_shape(d.get(), ftype.get(), space.get(), static_cast<uint64_t>(std::max<int64_t>(identity_.size, 0)),
+                           *info, st, folded)) {
+    // Not even the creation properties: libhdf5 converts the fill value into buffers of the
+    // type's size when it copies them (H5Dget_create_plist).
+    info->layout = "unknown";
+    decide_read_path(*info, st);
+    return info;
+  }
+  h5::Handle dcpl = h5::check(H5Dget_create_plist(d.get()), what + ": H5Dget_create_plist");
   read_layout_and_filters(dcpl.get(), st.ds_rank, *info);
   read_fill_value(dcpl.get(), ftype.get(), *info);
   read_storage(fid, d.get(), dcpl.get(), path_, *info, st);

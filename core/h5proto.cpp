@@ -374,6 +374,18 @@ void validate(DatasetInfo& d, const StorageInfo& st) {
   if (!d.is_array) return;
   if (d.dtype.itemsize == 0) bad("array of zero-size elements");
   if (d.fill_value.size() > kMaxItemsize) bad("fill value too large");
+  // As the helper itself decides (read_type_and_shape): an element larger than the file cannot
+  // be stored in it; its type size is damaged, and nothing may be sized from it. (Contiguous
+  // storage is what the daemon can see allocated; fill-only datasets may have such elements.)
+  if (st.file_id.size > 0 && d.dtype.itemsize > static_cast<uint64_t>(st.file_id.size) &&
+      st.contiguous_addr != fmt::kUndefAddr) {
+    d.is_array = false;
+    d.why_not_array = "element of " + std::to_string(d.dtype.itemsize) + " bytes, larger than the file (" +
+                      std::to_string(st.file_id.size) + " bytes): a damaged datatype";
+    d.read_path = "none: " + d.why_not_array;
+    d.fill_value.clear();
+    return;
+  }
   // Bytes of the whole array: at most 2^63 (file offsets and .npy sizes are signed 64-bit).
   unsigned __int128 n = d.dtype.itemsize;
   for (auto x : d.shape) {

@@ -445,6 +445,21 @@ Value read_value(hid_t obj, bool is_attr, uint64_t max_elements) {
   Shape shape(dims.begin(), dims.end());
   const uint64_t n = product(shape);
   if (n > max_elements) return Value::string("<" + std::to_string(n) + " elements, too many to show>");
+  // Every size comes from the file: the buffers below (and libhdf5's conversion buffers) are
+  // n x the type's size. A real value fits in its file (attributes live in object headers,
+  // data in the file); 16 MiB more leaves room for fill values of unallocated small datasets.
+  {
+    hsize_t fsize = 0;
+    const hid_t fid = H5Iget_file_id(obj);
+    if (fid >= 0) {
+      H5Fget_filesize(fid, &fsize);
+      H5Fclose(fid);
+    }
+    const unsigned __int128 bytes = static_cast<unsigned __int128>(n) * H5Tget_size(type.get());
+    if (bytes > static_cast<unsigned __int128>(fsize) + (16u << 20))
+      return Value::string("<" + std::to_string(n) + " elements of " + std::to_string(H5Tget_size(type.get())) +
+                           " bytes, more than the file holds: a damaged type or dataspace>");
+  }
   auto rd = [&](hid_t mtype, void* buf) {
     return is_attr ? H5Aread(obj, mtype, buf) : H5Dread(obj, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
   };

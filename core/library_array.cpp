@@ -8,6 +8,7 @@
 #include "core/dataset.h"
 #include "core/engine.h"
 #include "core/error.h"
+#include "core/filters/codecs.h"
 #include "core/h5file.h"
 #include "core/h5helper.h"
 #include "core/h5lib.h"
@@ -99,6 +100,72 @@ void zero_gaps(const DType& t, std::vector<uint8_t>& buf) {
       if (!mask[k]) buf[e + k] = 0;
 }
 
+// libhdf5's scale-offset decoder trusts the chunk's minbits: a damaged one makes it unpack
+// more bits than the chunk stores, reading past the chunk's buffer into whatever the process's
+// heap holds next (bytes of another file read before). Before an H5Dread, every allocated chunk
+// of the selection whose outermost active filter is scale-offset is checked: its 21-byte header
+// (H5Zscaleoffset.c: minbits u32, then the minimum value) and minbits bits per element of the
+// whole chunk must fit in the bytes it stores (for minbits up to the type's bits). A chunk
+// that fails is EIO, naming it.
+// (Scale-offset under a compressor is left to libhdf5: its header is then inside the compressed
+// bytes.) Caller holds the HDF5 lock.
+void check_scaleoffset_chunks(hid_t dset, hid_t ftype, const DatasetInfo& info, size_t ds_rank,
+                              const std::vector<uint64_t>& start, const std::vector<uint64_t>& count,
+                              const std::string& what) {
+  constexpr uint64_t kHeader = 21;
+  int so = -1;  // position of scale-offset if it is the last filter (undone first)
+  if (!info.filters.empty() && info.filters.back().id == codec::kScaleOffset) so = static_cast<int>(info.filters.size()) - 1;
+  if (so < 0 || info.layout != "chunked" || info.chunks.size() != ds_rank || ds_rank == 0) return;
+  const uint64_t type_size = H5Tget_size(ftype);
+  uint64_t nelem = 1;
+  for (auto c : info.chunks) nelem *= c;
+  Shape c0(ds_rank), c1(ds_rank), cc;
+  for (size_t k = 0; k < ds_rank; ++k) {
+    if (count[k] == 0) return;
+    c0[k] = start[k] / info.chunks[k];
+    c1[k] = (start[k] + count[k] - 1) / info.chunks[k];
+  }
+  cc = c0;
+  std::vector<hsize_t> off(ds_rank);
+  std::vector<uint8_t> head;
+  for (;;) {
+    for (size_t k = 0; k < ds_rank; ++k) off[k] = cc[k] * info.chunks[k];
+    unsigned mask = 0;
+    haddr_t addr = HADDR_UNDEF;
+    hsize_t size = 0;
+    if (H5Dget_chunk_info_by_coord(dset, off.data(), &mask, &addr, &size) >= 0 && addr != HADDR_UNDEF &&
+        !(mask & (1u << so))) {
+      std::string why;
+      head.assign(size, 0);
+      uint32_t filters = 0;
+      if (size < kHeader) {
+        why = "holds " + std::to_string(size) + " bytes, less than its 21-byte header";
+      } else if (H5Dread_chunk(dset, H5P_DEFAULT, off.data(), &filters, head.data()) >= 0) {
+        const uint64_t minbits = uint64_t(head[0]) | uint64_t(head[1]) << 8 | uint64_t(head[2]) << 16 | uint64_t(head[3]) << 24;
+        const unsigned __int128 need = kHeader + (static_cast<unsigned __int128>(nelem) * minbits + 7) / 8;
+        // minbits above the type's bits: libhdf5 decodes no bits at all then (every element the
+        // minimum; HDF5's own tmisc38a.h5 has such a chunk), reading nothing past the header.
+        if (minbits <= 8 * type_size && need > size)
+          why = "minbits " + std::to_string(minbits) + " needs " + std::to_string(static_cast<uint64_t>(need)) +
+                " bytes for its " + std::to_string(nelem) + " elements, the chunk stores " + std::to_string(size);
+      }
+      H5Eclear2(H5E_DEFAULT);
+      if (!why.empty()) {
+        std::string c = "(";
+        for (size_t k = 0; k < ds_rank; ++k) c += (k ? "," : "") + std::to_string(cc[k]);
+        fail(EIO, what + ": chunk " + c + ") at file offset " + std::to_string(addr) + ": damaged scale-offset chunk: " + why);
+      }
+    }
+    H5Eclear2(H5E_DEFAULT);
+    size_t k = ds_rank;
+    while (k > 0 && ++cc[k - 1] > c1[k - 1]) {
+      cc[k - 1] = c0[k - 1];
+      --k;
+    }
+    if (k == 0) return;
+  }
+}
+
 }  // namespace
 
 std::vector<uint8_t> library_read_local(H5File& file, const std::string& dset_path,
@@ -119,6 +186,7 @@ std::vector<uint8_t> library_read_local(H5File& file, const std::string& dset_pa
   h5::Handle dset = h5::check(H5Dopen2(file.handle(), dset_path.c_str(), H5P_DEFAULT), "H5Dopen");
   h5::Handle ftype = h5::check(H5Dget_type(dset.get()), "H5Dget_type");
   h5::Handle fspace = h5::check(H5Dget_space(dset.get()), "H5Dget_space");
+  check_scaleoffset_chunks(dset.get(), ftype.get(), *info, st.ds_rank, start, count, file.path() + ":" + dset_path);
   h5::Handle mspace;
   if (st.ds_rank == 0) {
     mspace = h5::check(H5Screate(H5S_SCALAR), "H5Screate");

@@ -1,6 +1,7 @@
 // h5direct-helper: runs the daemon's libhdf5 calls in a process of its own (core/h5helper.h).
 // Started by mount.h5direct with one end of a socketpair as descriptor 3; answers requests until
 // the daemon closes it, and dies with the daemon.
+#include <malloc.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "core/h5helper.h"
+#include "core/h5lib.h"
 #include "core/log.h"
 
 int main(int argc, char** argv) {
@@ -44,5 +46,13 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "h5direct-helper[%d]: %s\n", static_cast<int>(::getpid()), m.c_str());
     });
   }
+  // No byte of one file may reach the reply for another through memory libhdf5 leaves
+  // unwritten (a damaged scale-offset chunk decodes into a malloc'ed buffer it fills only in
+  // part): every allocation starts zeroed (M_PERTURB fills new blocks with ~0xff and freed ones
+  // with 0xff), and libhdf5's free lists hand their blocks back to malloc at once instead of
+  // reusing them unwiped. Costs a memset per allocation, on the library path only.
+  ::mallopt(M_PERTURB, 0xff);
+  h5d::h5::init_library();
+  H5set_free_list_limits(0, 0, 0, 0, 0, 0);
   return h5d::helper::serve(fd);
 }

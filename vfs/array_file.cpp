@@ -21,7 +21,20 @@ class ArrayFileNode final : public FileNode {
   ArrayFileNode(const TreeContext& ctx, ArrayFormat format, ArraySpec spec, const NodeMeta& meta)
       : FileNode(meta), ctx_(ctx), format_(format), spec_(std::move(spec)) {
     if (format_ == ArrayFormat::Npy) header_ = npy_header(spec_.dtype, spec_.shape);
-    data_size_ = product(spec_.shape) * spec_.dtype.itemsize;
+    // Never a wrapped size: a shape whose bytes (with the header) exceed 2^63 (file sizes and
+    // offsets are signed 64-bit) lists as an empty file that cannot be opened (EFBIG). HDF5
+    // datasets never get here (proto::validate makes them non-arrays); this holds for every
+    // composite (runs, detector views) alike.
+    unsigned __int128 n = spec_.dtype.itemsize;
+    const unsigned __int128 limit = (static_cast<unsigned __int128>(1) << 63) - header_.size();
+    for (auto d : spec_.shape) {
+      n *= d;
+      if (n >= limit) {
+        too_big_ = true;
+        break;
+      }
+    }
+    data_size_ = too_big_ ? 0 : static_cast<uint64_t>(n);
   }
   uint64_t size() const override { return header_.size() + data_size_; }
   std::unique_ptr<OpenFile> open() override;
@@ -36,6 +49,7 @@ class ArrayFileNode final : public FileNode {
   const ArraySpec spec_;
   std::string header_;
   uint64_t data_size_ = 0;
+  bool too_big_ = false;  // shape x itemsize above 2^63: listed empty, open() is EFBIG
   std::mutex open_mu_;  // guards last_, opened_
   std::weak_ptr<const Array> last_;  // the array the previous open read from
   bool opened_ = false;
@@ -133,6 +147,8 @@ class ArrayOpenFile final : public OpenFile {
 };
 
 std::unique_ptr<OpenFile> ArrayFileNode::open() {
+  if (too_big_)
+    fail(EFBIG, spec_.what + ": shape x itemsize exceeds 2^63 bytes: no .npy or .raw can hold it");
   ArrayPtr a;
   if (data_size_ > 0) {
     a = spec_.loader();

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/h5format/byte_source.h"
@@ -71,7 +72,9 @@ struct ChunkLoc {
 class ChunkMap {
  public:
   ChunkMap() = default;
-  ChunkMap(Shape dims, Shape chunk_dims);
+  // `max_records`: most chunks the file can hold (each takes at least a byte of it); a grid
+  // larger than that is kept sparse, so a damaged shape in a small file never sizes a dense map.
+  ChunkMap(Shape dims, Shape chunk_dims, uint64_t max_records = ~uint64_t(0));
   const Shape& grid() const { return grid_; }  // chunks per dimension (ceil)
   uint64_t grid_size() const;
   // Linear index of scaled coordinates in grid() (C order).
@@ -97,7 +100,18 @@ class ChunkMap {
   static constexpr uint64_t kSparseLimit = uint64_t(1) << 26;
   bool sparse() const { return sparse_mode_; }
 
+  // A chunk the index lists but whose record disagrees with other evidence in the file (it
+  // overlaps another chunk or the index's own nodes): reading it is EIO with `why`; the other
+  // chunks stay readable. read_chunk_map marks them.
+  void mark_damaged(uint64_t linear_index, const std::string& why);
+  const std::string* damage(uint64_t linear_index) const;
+  uint64_t damaged() const { return damage_.size(); }
+  // Chunk records inside the maximum extent but wholly beyond the current one: ignored, as
+  // libhdf5 ignores them (a live SWMR file may hold them); counted so the reader can log it.
+  uint64_t beyond_extent = 0;
+
  private:
+  std::map<uint64_t, std::string> damage_;
   Shape grid_;
   std::vector<ChunkLoc> dense_;  // grid_size() entries (dense mode)
   std::map<uint64_t, ChunkLoc> sparse_;  // allocated chunks only (sparse mode)

@@ -6,7 +6,7 @@
 
 namespace h5d::fmt {
 
-ChunkMap::ChunkMap(Shape dims, Shape chunk_dims) {
+ChunkMap::ChunkMap(Shape dims, Shape chunk_dims, uint64_t max_records) {
   if (dims.size() != chunk_dims.size())
     fail_data("chunk map: dataset rank " + std::to_string(dims.size()) + " differs from chunk rank " +
               std::to_string(chunk_dims.size()));
@@ -19,7 +19,7 @@ ChunkMap::ChunkMap(Shape dims, Shape chunk_dims) {
       fail(EFBIG, "chunk map: chunk grid of more than 2^64 chunks");
   }
   grid_size_ = n;
-  sparse_mode_ = n > kDenseLimit;
+  sparse_mode_ = n > kDenseLimit || n > max_records;
   if (!sparse_mode_) dense_.assign(n, ChunkLoc{});
 }
 
@@ -57,6 +57,17 @@ void ChunkMap::set(const uint64_t* scaled, const ChunkLoc& loc) {
     dense_[idx] = loc;
   }
   ++allocated_;
+}
+
+void ChunkMap::mark_damaged(uint64_t linear_index, const std::string& why) {
+  auto [it, inserted] = damage_.emplace(linear_index, why);
+  if (!inserted && it->second.size() < 400) it->second += "; " + why;
+}
+
+const std::string* ChunkMap::damage(uint64_t linear_index) const {
+  if (damage_.empty()) return nullptr;
+  auto it = damage_.find(linear_index);
+  return it == damage_.end() ? nullptr : &it->second;
 }
 
 }  // namespace h5d::fmt

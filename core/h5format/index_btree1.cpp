@@ -4,7 +4,6 @@
 // chunk's stored size (u32), filter mask (u32) and rank+1 u64 offsets in elements (the last one
 // is the element-size dimension, always 0). At level 0 the children are chunk addresses. One
 // read per node; an explicit stack, a visited set and the level check bound the walk.
-#include <algorithm>
 #include <unordered_set>
 
 #include "core/h5format/index_internal.h"
@@ -13,10 +12,22 @@ namespace h5d::fmt::detail {
 
 namespace {
 
+using Key = std::vector<uint64_t>;  // scaled chunk coordinates, then the element-size dimension
+
 struct Node {
   uint64_t addr;  // absolute
   int level;      // expected level, -1 for the root
+  // The keys this node's chunks must lie in, [lo, hi) (empty: unbounded): libhdf5 descends to
+  // child i only for chunks between the parent's keys i and i+1, so a chunk outside them is one
+  // it never finds (and serves as fill). Keys compare lexicographically (H5D__btree_cmp3).
+  Key lo, hi;
 };
+
+std::string key_str(const Key& k) {
+  std::string s = "(";
+  for (size_t i = 0; i + 1 < k.size(); ++i) s += (i ? "," : "") + std::to_string(k[i]);
+  return s + ")";
+}
 
 }  // namespace
 
@@ -25,11 +36,14 @@ void read_btree_v1(IndexContext& ctx) {
   const size_t O = ctx.geo.sizeof_offsets;
   const size_t key_size = 8 + 8 * (rank + 1);
   const size_t header = 8 + 2 * O;
-  std::vector<Node> stack{{ctx.layout.index_addr, -1}};
+  std::vector<Node> stack{{ctx.layout.index_addr, -1, {}, {}}};
   std::unordered_set<uint64_t> visited;
-  std::vector<uint64_t> scaled(rank);
+  std::vector<Key> keys;
+  std::vector<uint64_t> children;
+  std::vector<uint32_t> sizes, masks;
+  std::vector<bool> aligned;
   while (!stack.empty()) {
-    const Node node = stack.back();
+    const Node node = std::move(stack.back());
     stack.pop_back();
     Where w = ctx.where("v1 B-tree node", node.addr);
     if (!visited.insert(node.addr).second) fail_at(w, "node visited twice (loop in the B-tree)");
@@ -46,28 +60,49 @@ void read_btree_v1(IndexContext& ctx) {
     std::vector<uint8_t> buf = ctx.read(w, header + body);
     Cursor b(w, ctx.geo, buf);
     b.seek(header);
-    // Children are pushed in reverse so that they are visited in key order.
-    const size_t first_child = stack.size();
-    for (unsigned i = 0; i < entries; ++i) {
+    keys.assign(entries + 1, Key(rank + 1));
+    children.assign(entries, 0);
+    sizes.assign(entries, 0);
+    masks.assign(entries, 0);
+    aligned.assign(entries, true);
+    for (unsigned i = 0; i <= entries; ++i) {
       const uint32_t size = b.u32();
       const uint32_t mask = b.u32();
-      bool aligned = true;
-      for (size_t k = 0; k < rank; ++k) {
+      bool al = true;
+      for (size_t k = 0; k <= rank; ++k) {
         const uint64_t off = b.u64();
-        scaled[k] = off / ctx.layout.chunk_dims[k];
-        aligned &= off % ctx.layout.chunk_dims[k] == 0;
+        const uint64_t dim = k < rank ? ctx.layout.chunk_dims[k] : ctx.layout.chunk_elem_size;
+        keys[i][k] = off / dim;
+        al &= k == rank || off % dim == 0;
       }
-      b.u64();  // element-size dimension
-      const uint64_t child = b.rel_addr();
-      if (child == kUndefAddr) fail_at(w, "undefined child address in entry " + std::to_string(i));
-      if (level == 0) {
-        if (!aligned) fail_at(w, "chunk offset not a multiple of the chunk dimensions");
-        ctx.add(w, scaled.data(), child, size, mask);
-      } else {
-        stack.push_back({to_absolute(w, ctx.geo, child), level - 1});
-      }
+      if (i == entries) break;  // the last key bounds the last child; no child follows it
+      sizes[i] = size;
+      masks[i] = mask;
+      aligned[i] = al;
+      children[i] = b.rel_addr();
     }
-    std::reverse(stack.begin() + static_cast<std::ptrdiff_t>(first_child), stack.end());
+    for (unsigned i = 0; i < entries; ++i) {
+      const std::string entry = "entry " + std::to_string(i) + " (key " + key_str(keys[i]) + ")";
+      if (!(keys[i] < keys[i + 1]))
+        fail_at(w, entry + " not below the next key " + key_str(keys[i + 1]) +
+                       ": keys out of order (a damaged chunk index key)");
+      if ((!node.lo.empty() && keys[i] < node.lo) || (!node.hi.empty() && !(keys[i] < node.hi)))
+        fail_at(w, entry + " outside the keys its parent gives it, [" + key_str(node.lo) + ", " +
+                       key_str(node.hi) + "): a damaged chunk index key");
+      if (children[i] == kUndefAddr) fail_at(w, "undefined child address in " + entry);
+    }
+    // Children are pushed in reverse so that they are visited in key order.
+    for (unsigned i = entries; i-- > 0;) {
+      if (level == 0) continue;
+      Key hi = keys[i + 1];
+      if (!node.hi.empty() && node.hi < hi) hi = node.hi;
+      stack.push_back({to_absolute(w, ctx.geo, children[i]), level - 1, keys[i], std::move(hi)});
+    }
+    if (level != 0) continue;
+    for (unsigned i = 0; i < entries; ++i) {
+      if (!aligned[i]) fail_at(w, "chunk offset " + key_str(keys[i]) + " not a multiple of the chunk dimensions");
+      ctx.add(w, keys[i].data(), children[i], sizes[i], masks[i]);
+    }
   }
 }
 

@@ -33,12 +33,23 @@ struct IndexContext {
   std::vector<uint8_t> read(const Where& w, uint64_t n) {
     if (n > read_budget) fail_at(w, "index structures add up to more bytes than the file could hold");
     read_budget -= n;
-    return read_block(w, n);
+    std::vector<uint8_t> b = read_block(w, n);
+    if (n) structures.push_back({w.addr, n, w.structure});
+    return b;
   }
   uint64_t read_budget = 0;
+  // The index's own structures read so far (absolute address, bytes, what): a chunk must not
+  // overlap them.
+  struct Extent {
+    uint64_t addr, size;
+    const char* what;
+  };
+  std::vector<Extent> structures;
 
   // Records a chunk found in the index. `rel_addr` as stored (relative, or kUndefAddr).
   void add(const Where& w, const uint64_t* scaled, uint64_t rel_addr, uint64_t size, uint32_t mask);
+  // "(3,0,1)": scaled chunk coordinates, as the readers name chunks in their messages.
+  std::string coords(const uint64_t* scaled) const;
   // Scaled coordinates of linear index `idx` over the C-order grid `grid`; false if outside.
   static bool unlinear(uint64_t idx, const Shape& grid, uint64_t* scaled);
 };
@@ -73,5 +84,7 @@ void read_btree_v1(IndexContext& ctx);
 void read_fixed_array(IndexContext& ctx);
 void read_extensible_array(IndexContext& ctx);
 void read_btree_v2(IndexContext& ctx);
+// After an index is read: chunks overlapping each other or the index's nodes marked damaged.
+void check_extents(IndexContext& ctx);
 
 }  // namespace h5d::fmt::detail

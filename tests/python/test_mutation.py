@@ -1,7 +1,11 @@
 """Damaged files never take the mount down: h5py-written files of several layouts, chunk indexes
 and filters, with random bytes changed, ranges zeroed and ends cut (fixed seeds, bounded in
-count and time). The daemon never dies or hangs, and every read of a dataset h5py can read gives
-h5py's bytes or EIO.
+count and time). The daemon never dies or hangs, and no read gives a byte from outside a
+dataset: a dataset h5py can read gives h5py's bytes or EIO; one h5py cannot read gives the
+undamaged file's bytes or EIO. Targeted damage where h5py itself gives wrong bytes or fill
+(a contiguous shape grown past its storage, a compressed chunk flagged raw, a chunk address
+moved into its neighbour, chunk-index keys out of order or beyond the maximum extent) gives
+EIO for the damaged dataset and the undamaged file's bytes for every other one.
 """
 import errno
 import hashlib
@@ -14,6 +18,7 @@ import h5py
 import numpy as np
 import pytest
 
+import h5d_damage as dmg
 from h5d_testlib import Mount, make_tmpdir
 from test_corpus import Oracle
 
@@ -68,6 +73,28 @@ def mutate(data, rng):
     return bytes(b[:cut]), 'truncated'
 
 
+# (name, damaged dataset, damage) applied to base_earliest.h5, whose chunk indexes are v1
+# B-trees (keys without checksums: what libhdf5 does not notice).
+TARGETED = [
+    ('grown', '/contig', lambda p: dmg.set_dims(p, 'contig', (420, 7))),
+    ('mask', '/gzip', lambda p: dmg.flip_chunk_mask(p, 'gzip', 3)),
+    ('addr', '/fixed', lambda p: dmg.move_chunk_address(p, 'fixed', 2, -20)),
+    ('key_order', '/ext', lambda p: dmg.set_chunk_key(p, 'ext', 2, (60, 0, 0))),
+    ('key_max', '/fixed', lambda p: dmg.set_chunk_key(p, 'fixed', 3, (400, 0, 0))),
+]
+
+
+def write_targeted(src, base):
+    out = []
+    for kind, dset, damage in TARGETED:
+        name = f'targeted_{kind}.h5'
+        with open(base, 'rb') as f, open(osp.join(src, name), 'wb') as g:
+            g.write(f.read())
+        damage(osp.join(src, name))
+        out.append((name, dset))
+    return out
+
+
 def read_all(path):
     try:
         with open(path, 'rb') as f:
@@ -89,30 +116,58 @@ def test_mutated_files_never_kill_or_hang_the_daemon():
             with open(osp.join(src, name), 'wb') as f:
                 f.write(mdata)
             mutants.append(name)
+    targeted = write_targeted(src, bases[0])
     oracle = Oracle(timeout=30)
     answers = {n: oracle.ask(osp.join(src, n)) for n in mutants}
+    # The undamaged files' bytes: what a dataset h5py cannot read may give instead of EIO.
+    base_sha = {}
+    for base in bases:
+        for d in oracle.ask(base)['datasets']:
+            if d['status'] == 'ok':
+                base_sha[(osp.basename(base)[:-3], d['path'])] = d['sha256']
     oracle.close()
+    assert len(base_sha) >= 16, base_sha
     m = Mount(src, opts='hdf5_timeout=5')
     wrong = []
     outcome = {'done': False}
-    counts = {'equal': 0, 'eio': 0}
+    counts = {'equal': 0, 'eio': 0, 'h5py_failed': 0}
 
     def walk():
         for n in mutants:
             for dirpath, dirnames, filenames in os.walk(m.path(n)):
                 for fn in filenames:
                     read_all(osp.join(dirpath, fn))
+            base = n.split('_')[0] + '_' + n.split('_')[1]
             for d in answers[n]['datasets']:
-                if d['status'] != 'ok':
+                if d['status'] not in ('ok', 'error'):
                     continue
                 got, err = read_all(m.path(n, d['path'].lstrip('/') + '.raw'))
                 if err is not None:
                     assert err in (errno.EIO, errno.ENOENT), (n, d['path'], os.strerror(err))
                     counts['eio'] += 1
-                elif hashlib.sha256(got).hexdigest() != d['sha256']:
+                    continue
+                sha = hashlib.sha256(got).hexdigest()
+                if d['status'] == 'error':  # h5py failed: the undamaged bytes or EIO
+                    counts['h5py_failed'] += 1
+                    if sha != base_sha.get((base, d['path'])):
+                        wrong.append(f'{n}:{d["path"]}: h5py fails, we give {len(got)} bytes that are '
+                                     'not the undamaged file\'s')
+                elif sha != d['sha256']:
                     wrong.append(f'{n}:{d["path"]}: bytes differ from h5py ({len(got)} bytes)')
                 else:
                     counts['equal'] += 1
+        for n, damaged in targeted:
+            for (base, path), sha in base_sha.items():
+                if base != 'base_earliest':
+                    continue
+                got, err = read_all(m.path(n, path.lstrip('/') + '.raw'))
+                if path == damaged:
+                    if err != errno.EIO:
+                        wrong.append(f'{n}:{path}: damaged, read gives '
+                                     f'{os.strerror(err) if err else f"{len(got)} bytes"}, not EIO')
+                elif err is not None or hashlib.sha256(got).hexdigest() != sha:
+                    wrong.append(f'{n}:{path}: undamaged, read gives '
+                                 f'{os.strerror(err) if err else "other bytes"}')
         outcome['done'] = True
 
     try:
@@ -124,7 +179,8 @@ def test_mutated_files_never_kill_or_hang_the_daemon():
         assert outcome['done'], 'the walk failed (see above)'
         assert m.proc.poll() is None and osp.ismount(m.mnt), 'the daemon died\n' + m.log()[-3000:]
         print(f'{len(mutants)} mutants in {time.monotonic() - t0:.0f} s; datasets h5py reads: '
-              f'{counts["equal"]} equal, {counts["eio"]} EIO/ENOENT; helper failures logged: '
+              f'{counts["equal"]} equal, {counts["eio"]} EIO/ENOENT, {counts["h5py_failed"]} undamaged where h5py '
+              f'fails; helper failures logged: '
               f'{m.log().count("HDF5 helper")}')
         # Most mutants leave most datasets readable: the comparison is not vacuous.
         assert counts['equal'] > len(mutants)

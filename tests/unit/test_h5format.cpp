@@ -44,6 +44,9 @@ void compare_with_oracle(const Oracle& o, const Parsed& p) {
   CHECK(p.layout.dont_filter_partial_edge_chunks ==
         bool(o.chunk_opts & H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS));
   REQUIRE(p.map.allocated() == o.nchunks);
+  // Valid files: no chunk overlaps another or the index, none lies beyond the extent.
+  CHECK(p.map.damaged() == 0);
+  CHECK(p.map.beyond_extent == 0);
   std::vector<uint64_t> scaled(o.chunk.size());
   if (o.complete) REQUIRE(o.chunks.size() == o.nchunks);
   for (const OracleChunk& c : o.chunks) {
@@ -732,4 +735,102 @@ TEST_CASE("h5format: v1 B-tree child pointing to itself or beyond EOF", "[h5form
   CHECK_FALSE(parses(with_child(good.size() + 100), o));
   CHECK_FALSE(parses(with_child(good.size() - 10), o));
   CHECK_FALSE(parses(with_child(0), o));
+}
+
+// A one-leaf v1 B-tree (40 int32 in chunks of 10: 4 entries) with its keys and child
+// addresses patched: what libhdf5 would never find (keys out of order, outside the maximum
+// extent) throws; records that only overlap are kept but marked damaged, chunk by chunk.
+TEST_CASE("h5format: v1 B-tree keys and chunk extents checked against each other", "[h5format]") {
+  QuietHdf5 quiet;
+  auto leaf = [](const char* name, std::vector<hsize_t> maxdims) {
+    const std::string path = corrupt_fixture(name, spec(false, {40}, std::move(maxdims), {10}, false));
+    return path;
+  };
+  struct Leaf {
+    Oracle o;
+    std::vector<uint8_t> good;
+    size_t root = 0;
+    size_t key(unsigned i) const { return root + 24 + i * (24 + 8); }  // size, mask, 2 offsets
+    size_t child(unsigned i) const { return key(i) + 24; }
+    static void put(std::vector<uint8_t>& b, size_t at, uint64_t v) {
+      for (size_t i = 0; i < 8; ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
+    }
+    static uint64_t get(const std::vector<uint8_t>& b, size_t at) {
+      uint64_t v = 0;
+      for (size_t i = 0; i < 8; ++i) v |= uint64_t(b[at + i]) << (8 * i);
+      return v;
+    }
+    Parsed parse_bytes(const std::vector<uint8_t>& b) const {
+      MemorySource src(b, "corrupt.h5");
+      return parse(src, o);
+    }
+  };
+  auto open_leaf = [](const std::string& path) {
+    Leaf l;
+    l.o = query_oracle(path, 0, 1);
+    l.good = read_file_bytes(path);
+    MemorySource gsrc(l.good, "good.h5");
+    l.root = read_layout(gsrc, l.o.geo, l.o.ohdr_addr).index_addr;
+    REQUIRE(std::memcmp(&l.good[l.root], "TREE", 4) == 0);
+    REQUIRE(l.good[l.root + 5] == 0);  // a leaf
+    REQUIRE(l.good[l.root + 6] == 4);  // 4 entries
+    for (unsigned i = 0; i < 4; ++i) REQUIRE(Leaf::get(l.good, l.key(i) + 8) == 10 * i);
+    return l;
+  };
+
+  SECTION("undamaged: every chunk, none marked") {
+    Leaf l = open_leaf(leaf("keys_good.h5", {}));
+    Parsed p = l.parse_bytes(l.good);
+    CHECK(p.map.allocated() == 4);
+    CHECK(p.map.damaged() == 0);
+    CHECK(p.map.beyond_extent == 0);
+  }
+  SECTION("a key moved so that keys are out of order") {
+    Leaf l = open_leaf(leaf("keys_order.h5", {}));
+    std::vector<uint8_t> b = l.good;
+    Leaf::put(b, l.key(1) + 8, 30);  // 0, 30, 20, 30: chunk 1 lost, chunk 3 twice
+    CHECK_THROWS_WITH(l.parse_bytes(b), Catch::Matchers::Contains("keys out of order"));
+    // The same on an unlimited dataset, where (50) is a legal chunk place beyond the extent.
+    Leaf u = open_leaf(leaf("keys_order_unlim.h5", {H5S_UNLIMITED}));
+    b = u.good;
+    Leaf::put(b, u.key(1) + 8, 50);
+    CHECK_THROWS_WITH(u.parse_bytes(b), Catch::Matchers::Contains("keys out of order"));
+  }
+  SECTION("the last chunk's key moved outside the maximum extent (right key moved along)") {
+    Leaf l = open_leaf(leaf("keys_max.h5", {}));
+    std::vector<uint8_t> b = l.good;
+    Leaf::put(b, l.key(3) + 8, 400);
+    Leaf::put(b, l.key(4) + 8, 410);
+    CHECK_THROWS_WITH(l.parse_bytes(b), Catch::Matchers::Contains("outside the maximum extent"));
+    // Unlimited: beyond the current extent is legal (a live SWMR file): ignored and counted.
+    Leaf u = open_leaf(leaf("keys_beyond.h5", {H5S_UNLIMITED}));
+    b = u.good;
+    Leaf::put(b, u.key(3) + 8, 50);
+    Leaf::put(b, u.key(4) + 8, 60);
+    Parsed p = u.parse_bytes(b);
+    CHECK(p.map.allocated() == 3);
+    CHECK(p.map.beyond_extent == 1);
+  }
+  SECTION("a chunk address moved into its neighbour, or into the B-tree node") {
+    Leaf l = open_leaf(leaf("keys_overlap.h5", {}));
+    std::vector<uint8_t> b = l.good;
+    const uint64_t a1 = Leaf::get(b, l.child(1)), a2 = Leaf::get(b, l.child(2));
+    REQUIRE(a2 == a1 + 40);  // back to back
+    Leaf::put(b, l.child(2), a2 - 20);
+    Parsed p = l.parse_bytes(b);
+    CHECK(p.map.allocated() == 4);
+    CHECK(p.map.damaged() == 2);
+    CHECK_FALSE(p.map.damage(0));
+    REQUIRE(p.map.damage(1));
+    REQUIRE(p.map.damage(2));
+    CHECK_THAT(*p.map.damage(2), Catch::Matchers::Contains("chunk (1) at") && Catch::Matchers::Contains("chunk (2) at") &&
+                                     Catch::Matchers::Contains("overlap"));
+    CHECK_FALSE(p.map.damage(3));
+    b = l.good;
+    Leaf::put(b, l.child(0), l.root + 8 - l.o.geo.base);
+    p = l.parse_bytes(b);
+    CHECK(p.map.damaged() == 1);
+    REQUIRE(p.map.damage(0));
+    CHECK_THAT(*p.map.damage(0), Catch::Matchers::Contains("v1 B-tree node"));
+  }
 }

@@ -173,4 +173,24 @@ TEST_CASE("h5proto: validate refuses inconsistent metadata, demotes > 2^63 bytes
   REQUIRE_NOTHROW(proto::validate(d, s));
   CHECK_FALSE(d.is_array);
   CHECK(d.why_not_array.find("2^63") != std::string::npos);
+  // An element larger than the file (10000 bytes): a damaged type size, demoted, fill dropped.
+  d = sample_info();
+  d.dtype.itemsize = 10001;
+  d.fill_value.assign(10001, 0);
+  REQUIRE_NOTHROW(proto::validate(d, s));
+  CHECK_FALSE(d.is_array);
+  CHECK(d.why_not_array.find("larger than the file") != std::string::npos);
+  CHECK(d.fill_value.empty());
+  // Without storage (all fill) such an element is what it says (h5repack_objs.h5 /arrayd).
+  d = sample_info();
+  d.dtype.itemsize = 10001;
+  s.contiguous_addr = fmt::kUndefAddr;
+  REQUIRE_NOTHROW(proto::validate(d, s));
+  CHECK(d.is_array);
+  s = sample_storage();
+  d = sample_info();
+  d.dtype.itemsize = 10000;
+  d.fill_value.assign(10000, 0);
+  REQUIRE_NOTHROW(proto::validate(d, s));
+  CHECK(d.is_array);
 }

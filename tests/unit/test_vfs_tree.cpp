@@ -205,6 +205,34 @@ TEST_CASE("empty arrays: header-only .npy, empty .raw, no load", "[vfs]") {
   CHECK(static_cast<FileNode&>(*raw).open()->read(0, 10, buf) == 0);
 }
 
+TEST_CASE("array files: a shape of more than 2^63 bytes never gets a wrapped size", "[vfs]") {
+  const DType f8 = [] {
+    DType t;
+    t.typestr = "<f8";
+    t.itemsize = 8;
+    return t;
+  }();
+  Engine engine(small_engine());
+  TreeContext ctx{engine, VfsOptions{}, {}};
+  // 2^62 x 5 x 8 bytes wraps 2^64 to 2^63 x 5 mod 2^64 = 2^63: product() alone would list it.
+  for (const Shape& shape : {Shape{uint64_t(1) << 62, 5}, Shape{uint64_t(1) << 60}, Shape{uint64_t(1) << 32, uint64_t(1) << 32, 2}}) {
+    ArraySpec spec{shape, f8, "huge", "direct", []() -> ArrayPtr { fail(EIO, "must not load"); }, "", ""};
+    for (ArrayFormat fmt : {ArrayFormat::Npy, ArrayFormat::Raw}) {
+      auto node = make_array_file(ctx, fmt, spec, meta(0444));
+      CHECK(node->size() == (fmt == ArrayFormat::Npy ? npy_header(f8, shape).size() : 0));
+      try {
+        static_cast<FileNode&>(*node).open();
+        FAIL("opened");
+      } catch (const Error& e) {
+        CHECK(e.code() == EFBIG);
+      }
+    }
+  }
+  // Just below the limit: listed with its true size.
+  ArraySpec ok{Shape{(uint64_t(1) << 59) - 4096}, f8, "big", "direct", []() -> ArrayPtr { return nullptr; }, "", ""};
+  CHECK(make_array_file(ctx, ArrayFormat::Raw, ok, meta(0444))->size() == ((uint64_t(1) << 59) - 4096) * 8);
+}
+
 TEST_CASE("sequential prefetcher: doubles while sequential, resets on a seek", "[vfs]") {
   SequentialPrefetcher::Config cfg{1000, 8000, 100, 150};
   SequentialPrefetcher p(cfg);
