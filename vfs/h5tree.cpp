@@ -352,6 +352,23 @@ void add_dataset_files(const TreeContext& ctx, std::vector<ChildEntry>& out, H5F
     out.push_back({name + ".json", make_text_file([text] { return text; }, meta)});
     return;
   }
+  // The bytes may come from other files (an external link to the dataset, VDS sources): who
+  // opens the dataset's files must be able to read those as well.
+  std::vector<std::string> others;
+  auto add_other = [&](const std::string& p) {
+    char buf[PATH_MAX];
+    const std::string real = ::realpath(p.c_str(), buf) ? std::string(buf) : p;
+    if (real != fpath && (!meta.source || real != *meta.source) &&
+        std::find(others.begin(), others.end(), real) == others.end()) {
+      others.push_back(real);
+    }
+  };
+  if (info->file != fpath) add_other(info->file);
+  for (const VdsMapping& v : info->vds) {
+    if (!v.resolved_file.empty()) add_other(v.resolved_file);
+  }
+  NodeMeta dmeta = meta;
+  if (!others.empty()) dmeta.also = std::make_shared<const std::vector<std::string>>(std::move(others));
   uint64_t npy_offset = 0;
   if (info->is_array) {
     ArraySpec spec;
@@ -365,15 +382,15 @@ void add_dataset_files(const TreeContext& ctx, std::vector<ChildEntry>& out, H5F
     spec.file = fpath;
     spec.dset = dset_path;
     npy_offset = npy_header(info->dtype, info->shape).size();
-    out.push_back({name + ".npy", make_array_file(ctx, ArrayFormat::Npy, spec, meta)});
-    out.push_back({name + ".raw", make_array_file(ctx, ArrayFormat::Raw, std::move(spec), meta)});
+    out.push_back({name + ".npy", make_array_file(ctx, ArrayFormat::Npy, spec, dmeta)});
+    out.push_back({name + ".raw", make_array_file(ctx, ArrayFormat::Raw, std::move(spec), dmeta)});
   }
   out.push_back({name + ".json", make_lazy_text_file(
                                      [engine, fpath, dset_path, npy_offset] {
                                        auto i = engine->open_file(fpath)->dataset_details(dset_path);
                                        return json_text(dataset_sidecar(*i, npy_offset));
                                      },
-                                     meta)});
+                                     dmeta)});
 }
 
 }  // namespace h5d::vfs

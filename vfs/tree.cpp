@@ -79,10 +79,12 @@ bool permits(const Caller& c, uid_t uid, gid_t gid, mode_t mode, int want) {
   return (static_cast<int>(bits) & want) == want;
 }
 
-void check_access(const Caller& c, const NodeMeta& m, int want_dir) {
-  if (!m.source || c.uid == 0) return;
-  const std::string& p = *m.source;
+namespace {
+void check_path(const Caller& c, const std::string& p, int want_dir) {
   struct stat st;
+  if (::stat("/", &st) == 0 && !permits(c, st.st_uid, st.st_gid, st.st_mode, X_OK)) {
+    fail(EACCES, "uid " + std::to_string(c.uid) + " may not pass through /");
+  }
   // Every directory on the way, from the root: as path resolution checks them.
   for (size_t i = p.find('/', 1); i != std::string::npos; i = p.find('/', i + 1)) {
     const std::string dir = p.substr(0, i);
@@ -91,13 +93,19 @@ void check_access(const Caller& c, const NodeMeta& m, int want_dir) {
       fail(EACCES, "uid " + std::to_string(c.uid) + " may not pass through " + dir + " (on the way to " + p + ")");
     }
   }
-  if (::stat("/", &st) == 0 && !permits(c, st.st_uid, st.st_gid, st.st_mode, X_OK)) {
-    fail(EACCES, "uid " + std::to_string(c.uid) + " may not pass through /");
-  }
   if (::stat(p.c_str(), &st) != 0) fail(errno, p + ": " + std::strerror(errno));
   const int want = S_ISDIR(st.st_mode) ? want_dir : R_OK;
   if (want && !permits(c, st.st_uid, st.st_gid, st.st_mode, want)) {
     fail(EACCES, "uid " + std::to_string(c.uid) + " may not " + (want & R_OK ? "read " : "enter ") + p);
+  }
+}
+}  // namespace
+
+void check_access(const Caller& c, const NodeMeta& m, int want_dir) {
+  if (c.uid == 0) return;
+  if (m.source) check_path(c, *m.source, want_dir);
+  if (m.also) {
+    for (const std::string& p : *m.also) check_path(c, p, R_OK);
   }
 }
 

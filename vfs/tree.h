@@ -63,6 +63,9 @@ struct NodeMeta {
   // requesting user must be able to reach it (check_access). Empty: nothing to follow.
   std::shared_ptr<const std::string> source;
   MetaRule rule = MetaRule::Fixed;
+  // Other files the node's bytes come from (the file behind an external link, VDS sources;
+  // resolved): the requesting user must be able to read each of them too.
+  std::shared_ptr<const std::vector<std::string>> also;
 };
 
 // Meta of a file shown for a source file (its r bits), of a directory shown for a source file
@@ -91,7 +94,8 @@ bool permits(const Caller& c, uid_t uid, gid_t gid, mode_t mode, int want);
 // Error(EACCES) unless `c` could reach the node's source as it would meet it directly: search
 // (x) on every directory of its resolved path, from "/"; then read on the source itself when it
 // is a regular file (everything shown for a file derives from its r bits) and `want_dir` on it
-// when it is a directory. Nodes that follow no source pass.
+// when it is a directory; the same for each file in NodeMeta::also. Nodes that follow no
+// source pass.
 void check_access(const Caller& c, const NodeMeta& m, int want_dir);
 
 class Node {

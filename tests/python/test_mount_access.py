@@ -175,3 +175,29 @@ def test_files_created_through_a_writable_mount_belong_to_their_creator(mount):
     with h5py.File(osp.join(src, 'a.h5'), 'r') as f:
         assert f['d'][()].tobytes() == bytes(range(24))
     assert os.stat(osp.join(src, 'a.h5')).st_uid == ALICE
+
+
+def test_external_link_and_vds_sources_need_access_too(tree, mount):
+    """A file alice may read whose dataset is an external link to bob's private file, or a
+    virtual dataset whose source is that file: alice gets EACCES for those datasets (as reading
+    bob's file directly), keeps reading her own; bob reads all of them."""
+    src, _ = tree
+    secret = osp.join(src, 'bob', 'secret.h5')
+    p = osp.join(src, 'alice', 'links.h5')
+    with h5py.File(p, 'w') as f:
+        f['mine'] = np.arange(3, dtype='<i8')
+        f['ext'] = h5py.ExternalLink(secret, '/x')
+        lay = h5py.VirtualLayout(shape=X.shape, dtype=X.dtype)
+        lay[:] = h5py.VirtualSource(secret, 'x', shape=X.shape)
+        f.create_virtual_dataset('vds', lay)
+    os.chown(p, ALICE, ALICE)
+    os.chmod(p, 0o644)
+    m = mount(src, 'allow_other')
+    x = X.tobytes()
+    for name in ('ext', 'vds'):
+        ok, r = can_read(BOB, m.path('alice', 'links.h5', f'{name}.raw'))
+        assert ok and r.stdout == x, (name, r.stderr)
+        ok, r = can_read(ALICE, m.path('alice', 'links.h5', f'{name}.raw'))
+        assert not ok and b'Permission denied' in r.stderr, (name, r.stdout[:40])
+    ok, r = can_read(ALICE, m.path('alice', 'links.h5', 'mine.raw'))
+    assert ok and r.stdout == np.arange(3, dtype='<i8').tobytes()
