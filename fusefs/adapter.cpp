@@ -423,7 +423,8 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, f
 void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   guarded(req, "mkdir", parent, [&] {
     const fuse_ctx* c = fuse_req_ctx(req);
-    const fuse_entry_param e = entry_of(req, fs(req).mkdir(parent, name, mode, c->uid, c->gid));
+    vfs::Caller who;
+    const fuse_entry_param e = entry_of(req, fs(req).mkdir(parent, name, mode, c->uid, c->gid, caller_of(req, who)));
     fuse_reply_entry(req, &e);
   });
 }
@@ -431,7 +432,8 @@ void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) 
 void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
   guarded(req, "create", parent, [&] {
     const fuse_ctx* c = fuse_req_ctx(req);
-    auto [attr, f] = fs(req).create(parent, name, mode, c->uid, c->gid);
+    vfs::Caller who;
+    auto [attr, f] = fs(req).create(parent, name, mode, c->uid, c->gid, caller_of(req, who));
     const fuse_entry_param e = entry_of(req, attr);
     fi->direct_io = 0;  // mmap must work (numpy memmap)
     fi->keep_cache = f->keep_cache;

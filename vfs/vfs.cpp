@@ -217,19 +217,23 @@ NodeMeta new_meta(mode_t mode, uid_t uid, gid_t gid) {
 }
 }  // namespace
 
-Attr Vfs::mkdir(uint64_t parent, const std::string& name, mode_t mode, uid_t uid, gid_t gid) {
+Attr Vfs::mkdir(uint64_t parent, const std::string& name, mode_t mode, uid_t uid, gid_t gid,
+               const Caller* who) {
   if (!writable()) fail(EROFS, "read-only filesystem");
   NodePtr p = node(parent);
   if (p->kind() != NodeKind::Directory) fail(ENOTDIR, "mkdir in a non-directory");
+  if ((who = deciding(who))) check_access(*who, p->meta(), X_OK | W_OK);
   NodePtr n = make_directory(*ctx_, *table_, static_cast<DirNode&>(*p), name, new_meta(mode, uid, gid));
   return attr_of(*n);
 }
 
 std::pair<Attr, std::unique_ptr<OpenFile>> Vfs::create(uint64_t parent, const std::string& name,
-                                                       mode_t mode, uid_t uid, gid_t gid) {
+                                                       mode_t mode, uid_t uid, gid_t gid,
+                                                       const Caller* who) {
   if (!writable()) fail(EROFS, "read-only filesystem");
   NodePtr p = node(parent);
   if (p->kind() != NodeKind::Directory) fail(ENOTDIR, "create in a non-directory");
+  if ((who = deciding(who))) check_access(*who, p->meta(), X_OK | W_OK);
   auto r = create_file(*ctx_, *table_, std::static_pointer_cast<DirNode>(p), name,
                        new_meta(mode & 0777, uid, gid));
   opens_.fetch_add(1, std::memory_order_relaxed);

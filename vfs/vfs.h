@@ -81,9 +81,12 @@ class Vfs {
   // Makes the mount writable: call before the first access. The writer outlives the Vfs.
   void set_writer(Writer* writer);
   bool writable() const { return ctx_->writer != nullptr; }
-  Attr mkdir(uint64_t parent, const std::string& name, mode_t mode, uid_t uid, gid_t gid);
+  // `who` as for lookup: the parent's source must let them search and write.
+  Attr mkdir(uint64_t parent, const std::string& name, mode_t mode, uid_t uid, gid_t gid,
+             const Caller* who = nullptr);
   std::pair<Attr, std::unique_ptr<OpenFile>> create(uint64_t parent, const std::string& name,
-                                                    mode_t mode, uid_t uid, gid_t gid);
+                                                    mode_t mode, uid_t uid, gid_t gid,
+                                                    const Caller* who = nullptr);
   size_t write(OpenFile& file, uint64_t off, size_t size, const char* buf);
   // Close (flush, release) and fsync (durable) of an open file.
   void flush(OpenFile& file, bool durable);

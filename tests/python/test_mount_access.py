@@ -201,3 +201,20 @@ def test_external_link_and_vds_sources_need_access_too(tree, mount):
         assert not ok and b'Permission denied' in r.stderr, (name, r.stdout[:40])
     ok, r = can_read(ALICE, m.path('alice', 'links.h5', 'mine.raw'))
     assert ok and r.stdout == np.arange(3, dtype='<i8').tobytes()
+
+
+def test_no_creating_through_a_symlink_into_a_private_directory(tree, mount):
+    """On a writable mount, a 0777 directory inside bob's 0700 one, reached through alice's
+    symlink, takes no new file from alice (directly she gets EACCES too); bob may create there."""
+    src, _ = tree
+    drop = _private_dir(osp.join(src, 'bob'), 'drop', BOB, 0o777)
+    r = as_user(ALICE, 'ln', '-s', '../bob/drop', osp.join(src, 'alice', 'to_drop'))
+    assert r.returncode == 0, r.stderr
+    assert as_user(ALICE, 'mkdir', osp.join(src, 'alice', 'to_drop', 'direct')).returncode != 0
+    m = mount(src, 'writable,allow_other')
+    r = as_user(ALICE, 'mkdir', m.path('alice', 'to_drop', 'new.h5'))
+    assert r.returncode != 0 and b'Permission denied' in r.stderr, r.stderr
+    assert os.listdir(drop) == []
+    r = as_user(BOB, 'mkdir', m.path('alice', 'to_drop', 'bobs.h5'))
+    assert r.returncode == 0, r.stderr
+    assert os.stat(osp.join(drop, 'bobs.h5')).st_uid == BOB
