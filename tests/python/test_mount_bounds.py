@@ -5,6 +5,7 @@ import errno
 import json
 import os
 import os.path as osp
+import re
 import shutil
 import subprocess
 
@@ -146,3 +147,32 @@ def test_max_open_files_above_the_descriptor_limit_is_lowered(mount):
     assert np.array_equal(np.load(m.path('f399.h5', 'x.npy')), np.arange(5))
     s = m.stats()
     assert s['error_replies'] == {}, s['error_replies']
+
+
+def test_every_error_reply_has_one_log_line(mount):
+    """Each error reply (calls that cannot change the tree, a write to an existing dataset, a
+    damaged chunk) is counted in stats.json and logged once: as many '(inode N): ' lines as
+    error replies. A writable mount, so that those calls reach the daemon (on a read-only mount
+    the kernel refuses them itself); -o debug, where expected errors (EPERM) are logged too."""
+    src = tl.make_tmpdir('errlog-')
+    p = osp.join(src, 'c.h5')
+    tl.write_corrupt_chunk_file(p)
+    m = mount(src, 'writable,debug')
+    attempts = [lambda: os.unlink(m.path('c.h5', 'good.npy')),
+                lambda: os.rename(m.path('c.h5', 'good.npy'), m.path('c.h5', 'x.npy')),
+                lambda: os.symlink('x', m.path('lnk')),
+                lambda: open(m.path('c.h5', 'good.npy'), 'r+b'),
+                lambda: os.setxattr(m.path('c.h5', 'good.npy'), 'user.x', b'1')]
+    for fn in attempts:
+        with pytest.raises(OSError):
+            fn()
+    fd = os.open(m.path('c.h5', 'z.raw'), os.O_RDONLY)
+    with pytest.raises(OSError) as e:
+        os.pread(fd, 4, 30000 * 4)
+    assert e.value.errno == errno.EIO
+    os.close(fd)
+    s = m.stats()
+    total = s['errors']['total']
+    assert total >= len(attempts) + 1, s['errors']
+    lines = [ln for ln in m.log().splitlines() if re.search(r'\(inode \d+\): ', ln)]
+    assert len(lines) == total, (s['error_replies'], lines)
