@@ -176,3 +176,20 @@ def test_every_error_reply_has_one_log_line(mount):
     assert total >= len(attempts) + 1, s['errors']
     lines = [ln for ln in m.log().splitlines() if re.search(r'\(inode \d+\): ', ln)]
     assert len(lines) == total, (s['error_replies'], lines)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which('setpriv') or not shutil.which('prlimit'),
+                    reason='needs root (to run the daemon as another user), setpriv and prlimit')
+def test_threads_beyond_the_process_limit_are_refused():
+    """A daemon run by a user whose process limit (ulimit -u 20) cannot hold threads +
+    max_threads is refused before mounting, saying which limit and what it needs."""
+    src = tl.make_tmpdir('nproc-')
+    with h5py.File(osp.join(src, 'a.h5'), 'w') as f:
+        f['x'] = np.arange(3)
+    mnt = tl.make_tmpdir('nproc-mnt-')
+    r = subprocess.run(['setpriv', '--reuid=61004', '--regid=61004', '--clear-groups',
+                        'prlimit', '--nproc=20:20', '--', tl.BIN, src, mnt, '-f', '-o',
+                        'threads=4,max_threads=16'], capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0
+    assert 'need 30 processes (threads + max_threads + hdf5_helpers + 8) but the limit is 20' in r.stderr, r.stderr
+    assert not osp.ismount(mnt)
