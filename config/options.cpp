@@ -211,6 +211,8 @@ const std::vector<Option>& options() {
        [](const Arg& a) { a.m.writer.level = static_cast<int>(a.uint(0, 22)); }},
       {{"write_existing", "", "off", "writable: in-place writes to contiguous uncompressed datasets"},
        [](const Arg& a) { a.m.writer.write_existing = a.flag(); }},
+      {{"write_buffer", "SIZE", "512M", "writable: memory for chunks written in part (then spilled to the file; ENOSPC)"},
+       [](const Arg& a) { a.m.writer.pending_budget = a.size(1ull << 20, 1ull << 40, "1M"); }},
       {{"nonempty", "", "off", "allow a non-empty directory or a mount point as MOUNTPOINT"},
        [](const Arg& a) { a.m.nonempty = a.flag(); }},
       {{"allow_other", "", "off", "let other users in (non-root: user_allow_other in /etc/fuse.conf)"},
@@ -342,7 +344,7 @@ void check_options(const MountOptions& m) {
                       "only writable makes a mount writable)");
   }
   if (!m.vfs.writable) {
-    for (const char* k : {"write_compression", "write_level", "write_existing"}) {
+    for (const char* k : {"write_compression", "write_level", "write_existing", "write_buffer"}) {
       if (given(k)) throw ConfigError(std::string("option ") + k + " applies only to writable mounts (-o writable)");
     }
   }

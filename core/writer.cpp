@@ -225,9 +225,9 @@ class ChunkedWriter final : public DatasetWriter,
  public:
   ChunkedWriter(Engine& engine, std::shared_ptr<Writer::FileState> f, std::string what,
                 h5::Handle did, const Shape& shape, const Shape& chunks, size_t itemsize,
-                std::vector<FilterInfo> pipeline)
+                std::vector<FilterInfo> pipeline, std::shared_ptr<WriteBudget> budget)
       : engine_(engine), f_(std::move(f)), what_(std::move(what)), did_(std::move(did)),
-        chunks_(chunks), itemsize_(itemsize), pipeline_(std::move(pipeline)) {
+        chunks_(chunks), itemsize_(itemsize), pipeline_(std::move(pipeline)), budget_(std::move(budget)) {
     const size_t r = shape.size();
     bshape_ = shape;
     bchunk_ = chunks;
@@ -262,12 +262,34 @@ class ChunkedWriter final : public DatasetWriter,
   void write(uint64_t off, const uint8_t* p, size_t n) override {
     if (off > nbytes_ || n > nbytes_ - off) fail(EFBIG, what_ + ": write past the end of the data");
     std::map<uint64_t, std::shared_ptr<Pending>> loaded;
+    bool spilled = false;
     for (;;) {
       std::unique_lock<std::mutex> lk(mu_);
       if (closed_) fail(EIO, what_ + ": the writer is closed");
       if (!async_error_.empty()) fail(EIO, async_error_);
       const std::set<uint64_t> touched = touched_chunks(off, n);
       if (wait_inflight(lk, touched)) continue;
+      // Every chunk buffer this write needs, taken from the budget before any is allocated.
+      uint64_t need = 0;
+      for (uint64_t c : touched) {
+        if (!pending_.count(c) && !loaded.count(c)) need += chunk_bytes_;
+      }
+      Hold hold(*budget_, 0);
+      if (need && !budget_->try_take(need)) {
+        if (!spilled) {
+          lk.unlock();
+          spill(touched);
+          spilled = true;
+          continue;
+        }
+        const std::string msg = what_ + ": no room for " + std::to_string(need / chunk_bytes_) + " more partly written chunk(s) of " +
+                                std::to_string(chunk_bytes_) + " bytes: write_buffer=" + std::to_string(budget_->limit()) +
+                                " bytes is full (" + std::to_string(budget_->used()) +
+                                " held by chunks of this mount's datasets written in part)";
+        log::error(msg);
+        fail(ENOSPC, msg);
+      }
+      hold.bytes = need;
       std::vector<uint64_t> missing;
       for (uint64_t c : touched) {
         if (!pending_.count(c) && written_.count(c)) {
@@ -283,6 +305,7 @@ class ChunkedWriter final : public DatasetWriter,
         lk.unlock();
         for (uint64_t c : missing) {
           auto pp = std::make_shared<Pending>();
+          hold.pass_to(*pp, chunk_bytes_);
           pp->buf = load_chunk(c);
           pp->covered = valid_bytes(c);
           loaded[c] = pp;
@@ -293,6 +316,7 @@ class ChunkedWriter final : public DatasetWriter,
         auto& pp = pending_[c];
         if (!pp) {
           pp = std::make_shared<Pending>();
+          hold.pass_to(*pp, chunk_bytes_);
           pp->buf.assign(chunk_bytes_, 0);
         }
         std::memcpy(pp->buf.data() + in_chunk, p + doff, len);
@@ -369,7 +393,7 @@ class ChunkedWriter final : public DatasetWriter,
         jobs.push_back({c, pp, nullptr});
       }
     }
-    if (!jobs.empty()) write_jobs(jobs, /*complete=*/false);
+    write_one_by_one(jobs);
     {
       auto lk = h5::lock();
       if (f_->fid >= 0 && !f_->closed) h5::check(H5Fflush(f_->fid, H5F_SCOPE_LOCAL), what_ + ": H5Fflush");
@@ -397,12 +421,95 @@ class ChunkedWriter final : public DatasetWriter,
     std::map<uint64_t, uint64_t> cov;      // byte intervals written
     uint64_t covered = 0;                  // bytes written (of valid_bytes)
     bool dirty = false;                    // changed since last written to the file
+    WriteBudget* budget = nullptr;         // what buf's bytes were taken from
+    uint64_t held = 0;
+    Pending() = default;
+    Pending(const Pending&) = delete;
+    Pending& operator=(const Pending&) = delete;
+    ~Pending() {
+      if (held) budget->give(held);
+    }
   };
   struct Job {
     uint64_t chunk;
     std::shared_ptr<Pending> pending;
     std::shared_ptr<std::vector<uint8_t>> encoded;
   };
+  // Budget bytes taken for one write, passed on to the chunk buffers it creates; what is left
+  // goes back. A chunk the write did not count (created meanwhile) takes its own bytes.
+  struct Hold {
+    WriteBudget& budget;
+    uint64_t bytes;
+    Hold(WriteBudget& b, uint64_t n) : budget(b), bytes(n) {}
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+    ~Hold() {
+      if (bytes) budget.give(bytes);
+    }
+    void pass_to(Pending& p, uint64_t n) {
+      if (bytes >= n) {
+        bytes -= n;
+      } else if (!budget.try_take(n)) {
+        fail(ENOSPC, "write_buffer is full (" + std::to_string(budget.used()) + " of " +
+                         std::to_string(budget.limit()) + " bytes held by chunks written in part)");
+      }
+      p.budget = &budget;
+      p.held = n;
+    }
+  };
+
+  // Makes room in the budget: this dataset's partial chunks other than `keep` are written to
+  // the file (padded with fill, as flush() does) and their buffers released; more bytes for
+  // them later read them back. Complete chunks being written are waited for (they release
+  // their buffers when done).
+  void spill(const std::set<uint64_t>& keep) {
+    std::vector<Job> jobs;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return inflight_.empty(); });
+      for (auto it = pending_.begin(); it != pending_.end();) {
+        if (keep.count(it->first)) {
+          ++it;
+        } else if (!it->second->dirty && written_.count(it->first)) {
+          it = pending_.erase(it);  // already in the file as it is
+        } else {
+          it->second->dirty = false;
+          inflight_[it->first] = it->second;
+          jobs.push_back({it->first, it->second, nullptr});
+          ++it;
+        }
+      }
+    }
+    if (jobs.empty()) return;
+    log::info(what_ + ": write_buffer full: " + std::to_string(jobs.size()) +
+              " partly written chunk(s) written to the file to make room");
+    write_one_by_one(jobs, /*release=*/true);
+  }
+
+  // Writes partial chunks (flush, spill) one at a time, on this thread: encoding one takes
+  // buffers of its own (a copy, the shuffled copy, the compressed output: up to 3 chunks) that
+  // the budget does not count; encoded in parallel they would add up. `release`: their buffers
+  // are dropped once written (a later write reads the chunk back).
+  void write_one_by_one(std::vector<Job>& jobs, bool release = false) {
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      std::vector<Job> one(1, jobs[i]);
+      try {
+        write_jobs(one, /*complete=*/false);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu_);
+        for (size_t k = i + 1; k < jobs.size(); ++k) {  // not tried: pending as before
+          inflight_.erase(jobs[k].chunk);
+          jobs[k].pending->dirty = true;
+        }
+        cv_.notify_all();
+        throw;
+      }
+      if (!release) continue;
+      std::lock_guard<std::mutex> lk(mu_);
+      auto it = pending_.find(one[0].chunk);
+      if (it != pending_.end() && it->second == one[0].pending && !one[0].pending->dirty) pending_.erase(it);
+    }
+  }
 
   template <class Fn>
   void for_each_piece(uint64_t off, uint64_t n, Fn&& fn) const {
@@ -567,6 +674,7 @@ class ChunkedWriter final : public DatasetWriter,
   size_t itemsize_;
   uint64_t chunk_bytes_ = 0, nbytes_ = 0;
   std::vector<FilterInfo> pipeline_;
+  std::shared_ptr<WriteBudget> budget_;
 
   std::mutex mu_;  // guards pending_, inflight_, written_, closed_
   std::condition_variable cv_;
@@ -617,7 +725,16 @@ DatasetPlan plan_dataset(const NewDataset& spec) {
   return p;
 }
 
-Writer::Writer(Engine& engine, WriterOptions opts) : engine_(engine), opts_(std::move(opts)) {
+bool WriteBudget::try_take(uint64_t n) {
+  uint64_t cur = used_.load();
+  do {
+    if (n > limit_ || cur > limit_ - n) return false;
+  } while (!used_.compare_exchange_weak(cur, cur + n));
+  return true;
+}
+
+Writer::Writer(Engine& engine, WriterOptions opts)
+    : engine_(engine), opts_(std::move(opts)), budget_(std::make_shared<WriteBudget>(opts_.pending_budget)) {
   h5::init_library();
 }
 
@@ -629,7 +746,7 @@ Writer::~Writer() {
   }
 }
 
-void Writer::create_file(const std::string& path) {
+void Writer::create_file(const std::string& path, const NewFileOwner* owner) {
   auto lk = h5::lock();
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -647,11 +764,30 @@ void Writer::create_file(const std::string& path) {
   fs->path = path;
   fs->fid = fid;
   if (H5Fflush(fid, H5F_SCOPE_LOCAL) < 0) log::warn(path + ": H5Fflush failed: " + h5::error_stack());
-  fs->fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fs->fd < 0) {
-    const int e = errno;
+  // The file libhdf5 created (O_EXCL), not whatever the path names by now: the directory may be
+  // writable by others, who could put a symlink there meanwhile.
+  fs->fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  void* vfd = nullptr;
+  struct stat mine, created;
+  const bool same = fs->fd >= 0 && H5Fget_vfd_handle(fid, H5P_DEFAULT, &vfd) >= 0 && vfd &&
+                    ::fstat(*static_cast<int*>(vfd), &created) == 0 && ::fstat(fs->fd, &mine) == 0 &&
+                    mine.st_dev == created.st_dev && mine.st_ino == created.st_ino;
+  if (!same) {
+    const int e = fs->fd < 0 ? errno : EEXIST;
+    if (fs->fd >= 0) ::close(fs->fd);
     H5Fclose(fid);
-    fail(e, "cannot open " + path + ": " + std::strerror(e));
+    fail(e, "cannot open " + path + " (the file created): " + std::strerror(e));
+  }
+  if (owner) {
+    // Belongs to the user who asked for it, with the mode asked for (the kernel applied the
+    // user's umask): as root, the daemon gives it away; as another user it cannot, and the
+    // mount shows the file's real owner (it follows the file, vfs/tree.h current_meta).
+    if (::geteuid() == 0 && ::fchown(fs->fd, owner->uid, owner->gid) != 0) {
+      log::warn(path + ": cannot give it to uid " + std::to_string(owner->uid) + ": " + std::strerror(errno));
+    }
+    if (::fchmod(fs->fd, owner->mode & 0666) != 0) {
+      log::warn(path + ": cannot set its mode: " + std::string(std::strerror(errno)));
+    }
   }
   log::info("created HDF5 file " + path);
   std::lock_guard<std::mutex> g(mu_);
@@ -710,6 +846,14 @@ DatasetWriterPtr Writer::create_dataset(const std::string& file, const std::stri
   const Shape& chunks = plan.chunks;
   const std::vector<FilterInfo>& pipeline = plan.pipeline;
   if (chunked) {
+    const uint64_t chunk_bytes = saturating_bytes(chunks, itemsize);
+    if (chunk_bytes > budget_->limit()) {
+      const std::string msg = what + ": a chunk of " + std::to_string(chunk_bytes) +
+                              " bytes does not fit write_buffer=" + std::to_string(budget_->limit()) +
+                              " (chunks written in part are held there): use smaller chunks or a larger write_buffer";
+      log::error(msg);
+      fail(EFBIG, msg);
+    }
     if (compression == "zstd") {
       // Readable where the zstd HDF5 plugin (filter 32015) is installed; Debian 12 ships none
       // (its h5py and hdf5plugin cannot read these files): say so once per mount.
@@ -747,7 +891,7 @@ DatasetWriterPtr Writer::create_dataset(const std::string& file, const std::stri
   if (chunked) {
     h5::check(H5Fflush(fs->fid, H5F_SCOPE_LOCAL), file + ": H5Fflush");
     w = std::make_shared<ChunkedWriter>(engine_, fs, what, std::move(did), spec.shape, chunks,
-                                        itemsize, pipeline);
+                                        itemsize, pipeline, budget_);
   } else {
     haddr_t addr = nbytes ? H5Dget_offset(did.get()) : 0;
     if (nbytes && addr == HADDR_UNDEF) h5::fail_h5(EIO, what + ": no file offset (H5Dget_offset)");

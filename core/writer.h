@@ -10,6 +10,9 @@
 //   existing contiguous datasets (option write_existing): pwrite in place.
 // Knows nothing of FUSE, .npy or JSON. Byte offsets are those of the array's C-order bytes.
 #pragma once
+#include <sys/types.h>
+
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -28,6 +31,24 @@ struct WriterOptions {
   std::string compression;   // default for new datasets: "" (contiguous), gzip, blosc, lz4, zstd
   int level = -1;            // compression level; -1: the filter's default
   bool write_existing = false;  // allow in-place writes to existing contiguous datasets
+  // Memory for chunks written in part (all datasets of the mount together): when a write needs
+  // a chunk buffer beyond it, the writer's other partial chunks are spilled (written to the file
+  // padded with fill, read back when more bytes come); when that is not enough, ENOSPC.
+  uint64_t pending_budget = 512ull << 20;
+};
+
+// The bytes of partial chunk buffers held by every dataset writer of one Writer.
+class WriteBudget {
+ public:
+  explicit WriteBudget(uint64_t limit) : limit_(limit) {}
+  uint64_t limit() const { return limit_; }
+  uint64_t used() const { return used_.load(); }
+  bool try_take(uint64_t n);
+  void give(uint64_t n) { used_.fetch_sub(n); }
+
+ private:
+  const uint64_t limit_;
+  std::atomic<uint64_t> used_{0};
 };
 
 struct NewDataset {
@@ -52,6 +73,13 @@ struct DatasetPlan {
 };
 DatasetPlan plan_dataset(const NewDataset& spec);
 
+// Who a new file belongs to: the user whose request created it.
+struct NewFileOwner {
+  uid_t uid;
+  gid_t gid;
+  mode_t mode;
+};
+
 class DatasetWriter {
  public:
   virtual ~DatasetWriter() = default;
@@ -75,9 +103,11 @@ class Writer {
   Writer& operator=(const Writer&) = delete;
 
   const WriterOptions& options() const { return opts_; }
+  const WriteBudget& budget() const { return *budget_; }
 
   // Creates a new, empty HDF5 file (Error(EEXIST) when the path exists) and keeps it open.
-  void create_file(const std::string& path);
+  // `owner`: give it that owner (when the daemon runs as root) and mode (its rw bits).
+  void create_file(const std::string& path, const NewFileOwner* owner = nullptr);
   // True for files created by this writer (only those take new groups and datasets).
   bool owns(const std::string& path);
   void create_group(const std::string& file, const std::string& group_path);
@@ -102,6 +132,7 @@ class Writer {
 
   Engine& engine_;
   WriterOptions opts_;
+  std::shared_ptr<WriteBudget> budget_;
   std::mutex mu_;  // guards files_, datasets_, existing_ (taken after the HDF5 lock, never before)
   std::map<std::string, std::shared_ptr<FileState>> files_;
   std::vector<std::weak_ptr<DatasetWriter>> datasets_;

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -101,6 +102,29 @@ struct stat to_stat(const vfs::Attr& a) {
   return st;
 }
 
+// The requesting user for the daemon's own access checks (vfs::check_access), or nullptr when
+// there is nothing to check: root, and the daemon's own user (who reaches whatever the daemon
+// reads with the same rights).
+const vfs::Caller* caller_of(fuse_req_t req, vfs::Caller& c) {
+  const fuse_ctx* fc = fuse_req_ctx(req);
+  if (fc->uid == 0 || fc->uid == ::geteuid()) return nullptr;
+  c.uid = fc->uid;
+  c.gid = fc->gid;
+  c.groups.resize(32);
+  for (int tries = 0; tries < 3; ++tries) {
+    const int n = fuse_req_getgroups(req, static_cast<int>(c.groups.size()), c.groups.data());
+    if (n < 0) {  // the process is gone, or /proc unreadable: the primary group alone
+      log::debug("uid " + std::to_string(c.uid) + ": supplementary groups unknown (" + std::strerror(-n) + ")");
+      c.groups.clear();
+      break;
+    }
+    const bool fits = static_cast<size_t>(n) <= c.groups.size();
+    c.groups.resize(static_cast<size_t>(n));
+    if (fits) break;
+  }
+  return &c;
+}
+
 double attr_timeout(fuse_req_t req, const vfs::Attr& a) {
   return a.is_volatile ? 0.0 : ctx(req).opts.attr_timeout;
 }
@@ -114,8 +138,11 @@ void fail_request(fuse_req_t req, const char* op, uint64_t ino, std::exception_p
   if (c.vfs) c.vfs->note_error(err);
   const std::string line = std::string(op) + " (inode " + std::to_string(ino) + "): " + msg;
   switch (err) {
-    case ENOENT: case EROFS: case EISDIR: case ENOTDIR: case EINVAL: case EACCES: case EPERM:
+    case ENOENT: case EROFS: case EISDIR: case ENOTDIR: case EINVAL:
       log::debug(line);
+      break;
+    case EACCES: case EPERM:  // a user denied by the daemon's own checks: worth knowing who
+      log::info(line);
       break;
     default:
       log::error(line);
@@ -154,7 +181,8 @@ fuse_entry_param entry_of(fuse_req_t req, const vfs::Attr& a) {
 
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   try {
-    const fuse_entry_param e = entry_of(req, fs(req).lookup(parent, name));
+    vfs::Caller who;
+    const fuse_entry_param e = entry_of(req, fs(req).lookup(parent, name, caller_of(req, who)));
     fuse_reply_entry(req, &e);
   } catch (const Error& err) {
     if (err.code() == ENOENT) {
@@ -192,7 +220,8 @@ void op_readlink(fuse_req_t req, fuse_ino_t ino) {
 
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   guarded(req, "open", ino, [&] {
-    std::unique_ptr<vfs::OpenFile> f = fs(req).open(ino, fi->flags);
+    vfs::Caller who;
+    std::unique_ptr<vfs::OpenFile> f = fs(req).open(ino, fi->flags, caller_of(req, who));
     fi->direct_io = f->direct_io;
     fi->keep_cache = f->keep_cache;
     fi->fh = reinterpret_cast<uint64_t>(f.get());
@@ -310,7 +339,8 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     auto h = std::make_unique<DirHandle>();
     h->entries.push_back({".", ino, vfs::NodeKind::Directory});
     h->entries.push_back({"..", 0, vfs::NodeKind::Directory});
-    for (auto& e : fs(req).readdir(ino)) h->entries.push_back(std::move(e));
+    vfs::Caller who;
+    for (auto& e : fs(req).readdir(ino, caller_of(req, who))) h->entries.push_back(std::move(e));
     fi->fh = reinterpret_cast<uint64_t>(h.get());
     fi->keep_cache = fs(req).writable() ? 0 : 1;  // rw: listings change
     fi->cache_readdir = fi->keep_cache;
@@ -361,19 +391,21 @@ void op_statfs(fuse_req_t req, fuse_ino_t ino) {
 }
 
 // Everything that would change the tree: read-only (on rw mounts: what cannot change, EPERM).
-void erofs(fuse_req_t req) {
+void erofs(fuse_req_t req, const char* op, uint64_t ino) {
   const int err = fs(req).writable() ? EPERM : EROFS;
-  fs(req).note_error(err);  // every error reply is counted (stats.json errors)
+  fs(req).note_error(err);  // every error reply is counted (stats.json errors) and logged
+  log::debug(std::string(op) + " (inode " + std::to_string(ino) + "): " + std::strerror(err) +
+             " (the tree cannot change this way)");
   fuse_reply_err(req, err);
 }
-void op_mknod(fuse_req_t req, fuse_ino_t, const char*, mode_t, dev_t) { erofs(req); }
-void op_unlink(fuse_req_t req, fuse_ino_t, const char*) { erofs(req); }
-void op_symlink(fuse_req_t req, const char*, fuse_ino_t, const char*) { erofs(req); }
-void op_rename(fuse_req_t req, fuse_ino_t, const char*, fuse_ino_t, const char*, unsigned) { erofs(req); }
-void op_link(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { erofs(req); }
-void op_setxattr(fuse_req_t req, fuse_ino_t, const char*, const char*, size_t, int) { erofs(req); }
-void op_removexattr(fuse_req_t req, fuse_ino_t, const char*) { erofs(req); }
-void op_fallocate(fuse_req_t req, fuse_ino_t, int, off_t, off_t, fuse_file_info*) { erofs(req); }
+void op_mknod(fuse_req_t req, fuse_ino_t p, const char*, mode_t, dev_t) { erofs(req, "mknod", p); }
+void op_unlink(fuse_req_t req, fuse_ino_t p, const char*) { erofs(req, "unlink", p); }
+void op_symlink(fuse_req_t req, const char*, fuse_ino_t p, const char*) { erofs(req, "symlink", p); }
+void op_rename(fuse_req_t req, fuse_ino_t p, const char*, fuse_ino_t, const char*, unsigned) { erofs(req, "rename", p); }
+void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t, const char*) { erofs(req, "link", ino); }
+void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char*, const char*, size_t, int) { erofs(req, "setxattr", ino); }
+void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char*) { erofs(req, "removexattr", ino); }
+void op_fallocate(fuse_req_t req, fuse_ino_t ino, int, off_t, off_t, fuse_file_info*) { erofs(req, "fallocate", ino); }
 
 // rw mounts (vfs/writable.h): each handler calls the Vfs, which refuses with EROFS when read-only.
 void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
@@ -391,7 +423,8 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, f
 void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   guarded(req, "mkdir", parent, [&] {
     const fuse_ctx* c = fuse_req_ctx(req);
-    const fuse_entry_param e = entry_of(req, fs(req).mkdir(parent, name, mode, c->uid, c->gid));
+    vfs::Caller who;
+    const fuse_entry_param e = entry_of(req, fs(req).mkdir(parent, name, mode, c->uid, c->gid, caller_of(req, who)));
     fuse_reply_entry(req, &e);
   });
 }
@@ -399,7 +432,8 @@ void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) 
 void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
   guarded(req, "create", parent, [&] {
     const fuse_ctx* c = fuse_req_ctx(req);
-    auto [attr, f] = fs(req).create(parent, name, mode, c->uid, c->gid);
+    vfs::Caller who;
+    auto [attr, f] = fs(req).create(parent, name, mode, c->uid, c->gid, caller_of(req, who));
     const fuse_entry_param e = entry_of(req, attr);
     fi->direct_io = 0;  // mmap must work (numpy memmap)
     fi->keep_cache = f->keep_cache;

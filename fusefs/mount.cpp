@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -11,6 +12,7 @@
 #include <syslog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -280,6 +282,56 @@ std::string check_paths(config::MountOptions& m) {
   return {};
 }
 
+// ---- Process limits ------------------------------------------------------------------------------
+// Descriptors the daemon holds besides its cache of open source files (max_open_files): stdio,
+// the log, /dev/fuse, the signal pipe and slack (16); two pipe ends per helper process (their
+// requests and answers, 4 each to be safe); and two per FUSE thread (a thread listing a
+// directory holds it open while it opens each entry to read its signature).
+uint64_t fds_besides_cache(const config::MountOptions& m) {
+  return 16 + 4ull * m.engine.helper.count + 2ull * m.fuse.max_threads;
+}
+
+// max_open_files and the thread counts against RLIMIT_NOFILE and RLIMIT_NPROC: the soft limit
+// is raised to the hard one when needed; what still does not fit is lowered with a warning
+// (descriptors) or refused (threads), never left to fail later with EMFILE or EAGAIN.
+std::string check_limits(config::MountOptions& m) {
+  struct rlimit nofile;
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY) {
+    const uint64_t need = m.engine.max_open_files + fds_besides_cache(m);
+    if (need > nofile.rlim_cur && nofile.rlim_max > nofile.rlim_cur) {
+      struct rlimit raised = nofile;
+      raised.rlim_cur = nofile.rlim_max == RLIM_INFINITY ? need : std::min<rlim_t>(need, nofile.rlim_max);
+      if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) nofile = raised;
+    }
+    if (need > nofile.rlim_cur) {
+      const uint64_t other = fds_besides_cache(m);
+      if (nofile.rlim_cur < other + 8) {
+        return "the descriptor limit (ulimit -n " + std::to_string(nofile.rlim_cur) + ") is too low: the daemon needs " +
+               std::to_string(other) + " besides its open files (16 + 4 per hdf5_helpers + 2 per max_threads) and at "
+               "least 8 open files; raise it or lower max_threads";
+      }
+      const uint64_t fit = nofile.rlim_cur - other;
+      log::warn("max_open_files=" + std::to_string(m.engine.max_open_files) + " does not fit the descriptor limit "
+                "(ulimit -n " + std::to_string(nofile.rlim_cur) + ", " + std::to_string(other) +
+                " needed besides open files: 16 + 4 per hdf5_helpers + 2 per max_threads): using max_open_files=" +
+                std::to_string(fit));
+      m.engine.max_open_files = static_cast<unsigned>(fit);
+    }
+  }
+  struct rlimit nproc;
+  if (::geteuid() != 0 && ::getrlimit(RLIMIT_NPROC, &nproc) == 0 && nproc.rlim_cur != RLIM_INFINITY) {
+    // Threads count against the user's process limit: decode threads, FUSE threads, helpers
+    // and the daemon's own (signal watcher, main; 8 to spare).
+    const uint64_t need = uint64_t(m.engine.threads) + m.fuse.max_threads + m.engine.helper.count + 8;
+    if (need > nproc.rlim_cur) {
+      return "threads=" + std::to_string(m.engine.threads) + " and max_threads=" + std::to_string(m.fuse.max_threads) +
+             " need " + std::to_string(need) + " processes (threads + max_threads + hdf5_helpers + 8) but the limit is " +
+             std::to_string(nproc.rlim_cur) + " (ulimit -u): lower them";
+    }
+  }
+  return {};
+}
+
 // ---- Signals ------------------------------------------------------------------------------------
 // SIGINT, SIGTERM, SIGHUP: with no file open, the loop ends and the mount goes (as libfuse's own
 // handlers do). With files open (a mapped file stays open until unmapped), the first signal
@@ -379,6 +431,7 @@ int run_mount(int argc, char** argv) {
     return 0;
   }
   if (std::string err = check_paths(m); !err.empty()) return die("error: " + err);
+  if (std::string err = check_limits(m); !err.empty()) return die("error: " + err);
   log::set_debug(m.debug);
 
   std::string mount_opts = std::string(m.vfs.writable ? "rw" : "ro") + ",default_permissions,fsname=" +

@@ -88,11 +88,16 @@ std::string resolve_link(const std::string& path, const std::string& avoid, std:
 
 class PlainDirProvider final : public DirProvider {
  public:
-  PlainDirProvider(const TreeContext& ctx, std::string path) : ctx_(ctx), path_(std::move(path)) {}
+  PlainDirProvider(const TreeContext& ctx, std::string path, DirChainPtr chain)
+      : ctx_(ctx), path_(std::move(path)), chain_(std::move(chain)) {}
 
   std::vector<ChildEntry> list() override {
     DIR* d = ::opendir(path_.c_str());
     if (!d) fail(errno, "cannot list directory " + path_ + ": " + std::strerror(errno));
+    if (!chain_) {
+      struct stat self;
+      if (::fstat(::dirfd(d), &self) == 0) chain_ = chain_with(nullptr, self);
+    }
     std::vector<ChildEntry> out;
     // A listing that takes long (thousands of files on a slow file system) says how far it got.
     const auto t0 = std::chrono::steady_clock::now();
@@ -133,10 +138,17 @@ class PlainDirProvider final : public DirProvider {
             continue;
           }
         }
+        if (S_ISDIR(st.st_mode) && chain_has(chain_.get(), st)) {
+          // Listing it would list this directory again, without end (ln -s . self): memory
+          // would grow with every level a reader walks down.
+          left_out(log::Level::Warn, "symlink loop: it leads to " + real + ", a directory it lies in (device " +
+                                         std::to_string(st.st_dev) + ", inode " + std::to_string(st.st_ino) + ")");
+          continue;
+        }
         if (S_ISDIR(st.st_mode)) {
           // A symlinked directory is listed by its resolved path, so that the mount point's
           // exclusion holds below it too.
-          out.push_back({name, make_source_dir_node(ctx_, real, st)});
+          out.push_back({name, make_source_dir_node(ctx_, real, st, chain_)});
         } else if (S_ISREG(st.st_mode)) {
           const int fd = ::open(real.c_str(), O_RDONLY | O_CLOEXEC);
           if (fd < 0) {
@@ -147,7 +159,9 @@ class PlainDirProvider final : public DirProvider {
           const int sig = hdf5_signature(fd, static_cast<uint64_t>(st.st_size));
           ::close(fd);
           if (sig == 1) {
-            out.push_back({name, make_hdf5_file_node(ctx_, path, st)});
+            // By its resolved path: what the requesting user must be able to reach
+            // (check_access) and what the daemon opens are the same file.
+            out.push_back({name, make_hdf5_file_node(ctx_, real, st)});
           } else if (sig == 0) {
             left_out(log::Level::Info, "not an HDF5 file (no HDF5 signature)");
           } else {
@@ -168,6 +182,7 @@ class PlainDirProvider final : public DirProvider {
  private:
   const TreeContext& ctx_;
   std::string path_;
+  DirChainPtr chain_;  // path_ and the directories it is shown below
 };
 
 class GroupProvider final : public DirProvider {
@@ -268,8 +283,9 @@ bool is_hdf5_file(const std::string& path) {
   return ok;
 }
 
-std::unique_ptr<DirProvider> make_plain_dir_provider(const TreeContext& ctx, const std::string& path) {
-  return std::make_unique<PlainDirProvider>(ctx, path);
+std::unique_ptr<DirProvider> make_plain_dir_provider(const TreeContext& ctx, const std::string& path,
+                                                     DirChainPtr chain) {
+  return std::make_unique<PlainDirProvider>(ctx, path, std::move(chain));
 }
 
 std::unique_ptr<DirProvider> make_group_provider(const TreeContext& ctx, const std::string& file_path,
@@ -279,34 +295,37 @@ std::unique_ptr<DirProvider> make_group_provider(const TreeContext& ctx, const s
 }
 
 std::unique_ptr<DirProvider> make_source_dir_provider(const TreeContext& ctx, const std::string& path,
-                                                      const struct stat& st) {
+                                                      const struct stat& st, DirChainPtr up) {
   for (const auto& f : ctx.factories) {
-    if (auto p = f(ProviderRequest{ctx, path, SourceKind::Directory, st})) return p;
+    if (auto p = f(ProviderRequest{ctx, path, SourceKind::Directory, st, up})) return p;
   }
-  return make_plain_dir_provider(ctx, path);
+  return make_plain_dir_provider(ctx, path, chain_with(std::move(up), st));
 }
 
 std::unique_ptr<DirProvider> make_hdf5_file_provider(const TreeContext& ctx, const std::string& path,
                                                      const struct stat& st) {
   for (const auto& f : ctx.factories) {
-    if (auto p = f(ProviderRequest{ctx, path, SourceKind::Hdf5File, st})) return p;
+    if (auto p = f(ProviderRequest{ctx, path, SourceKind::Hdf5File, st, nullptr})) return p;
   }
-  return make_group_provider(ctx, path, "/", dir_meta_of_file(st), file_meta(st));
+  return make_group_provider(ctx, path, "/", source_meta(path, st, MetaRule::DirOfFile),
+                             source_meta(path, st, MetaRule::File));
 }
 
-NodePtr make_source_dir_node(const TreeContext& ctx, const std::string& path, const struct stat& st) {
+NodePtr make_source_dir_node(const TreeContext& ctx, const std::string& path, const struct stat& st,
+                             DirChainPtr up) {
   if (ctx.writer) {  // rw mount: who may create files in the directory may mkdir NAME.h5 there
-    NodeMeta m = dir_meta(st);
-    m.perm |= st.st_mode & 0222;
-    auto n = std::make_shared<DirNode>(m, make_source_dir_provider(ctx, path, st));
+    auto n = std::make_shared<DirNode>(source_meta(path, st, MetaRule::DirWritable),
+                                       make_source_dir_provider(ctx, path, st, std::move(up)));
     n->set_write_target({WriteTarget::SourceDir, path, ""});
     return n;
   }
-  return std::make_shared<DirNode>(dir_meta(st), make_source_dir_provider(ctx, path, st));
+  return std::make_shared<DirNode>(source_meta(path, st, MetaRule::Dir),
+                                   make_source_dir_provider(ctx, path, st, std::move(up)));
 }
 
 NodePtr make_hdf5_file_node(const TreeContext& ctx, const std::string& path, const struct stat& st) {
-  return std::make_shared<DirNode>(dir_meta_of_file(st), make_hdf5_file_provider(ctx, path, st));
+  return std::make_shared<DirNode>(source_meta(path, st, MetaRule::DirOfFile),
+                                   make_hdf5_file_provider(ctx, path, st));
 }
 
 NodePtr make_group_node(const TreeContext& ctx, const std::string& file_path,
@@ -333,6 +352,23 @@ void add_dataset_files(const TreeContext& ctx, std::vector<ChildEntry>& out, H5F
     out.push_back({name + ".json", make_text_file([text] { return text; }, meta)});
     return;
   }
+  // The bytes may come from other files (an external link to the dataset, VDS sources): who
+  // opens the dataset's files must be able to read those as well.
+  std::vector<std::string> others;
+  auto add_other = [&](const std::string& p) {
+    char buf[PATH_MAX];
+    const std::string real = ::realpath(p.c_str(), buf) ? std::string(buf) : p;
+    if (real != fpath && (!meta.source || real != *meta.source) &&
+        std::find(others.begin(), others.end(), real) == others.end()) {
+      others.push_back(real);
+    }
+  };
+  if (info->file != fpath) add_other(info->file);
+  for (const VdsMapping& v : info->vds) {
+    if (!v.resolved_file.empty()) add_other(v.resolved_file);
+  }
+  NodeMeta dmeta = meta;
+  if (!others.empty()) dmeta.also = std::make_shared<const std::vector<std::string>>(std::move(others));
   uint64_t npy_offset = 0;
   if (info->is_array) {
     ArraySpec spec;
@@ -346,15 +382,15 @@ void add_dataset_files(const TreeContext& ctx, std::vector<ChildEntry>& out, H5F
     spec.file = fpath;
     spec.dset = dset_path;
     npy_offset = npy_header(info->dtype, info->shape).size();
-    out.push_back({name + ".npy", make_array_file(ctx, ArrayFormat::Npy, spec, meta)});
-    out.push_back({name + ".raw", make_array_file(ctx, ArrayFormat::Raw, std::move(spec), meta)});
+    out.push_back({name + ".npy", make_array_file(ctx, ArrayFormat::Npy, spec, dmeta)});
+    out.push_back({name + ".raw", make_array_file(ctx, ArrayFormat::Raw, std::move(spec), dmeta)});
   }
   out.push_back({name + ".json", make_lazy_text_file(
                                      [engine, fpath, dset_path, npy_offset] {
                                        auto i = engine->open_file(fpath)->dataset_details(dset_path);
                                        return json_text(dataset_sidecar(*i, npy_offset));
                                      },
-                                     meta)});
+                                     dmeta)});
 }
 
 }  // namespace h5d::vfs

@@ -175,8 +175,9 @@ struct SourceTrie {
 
 class RunDirProvider final : public DirProvider {
  public:
-  RunDirProvider(const TreeContext& ctx, std::string path, const struct stat& st)
-      : ctx_(ctx), path_(std::move(path)), dmeta_(dir_meta(st)), fmeta_(file_meta(st)) {}
+  RunDirProvider(const TreeContext& ctx, std::string path, const struct stat& st, DirChainPtr up)
+      : ctx_(ctx), path_(std::move(path)), dmeta_(source_meta(path_, st, MetaRule::Dir)),
+        fmeta_(source_meta(path_, st, MetaRule::File)), chain_(chain_with(std::move(up), st)) {}
 
   std::vector<ChildEntry> list() override {
     std::shared_ptr<Run> run;
@@ -184,7 +185,7 @@ class RunDirProvider final : public DirProvider {
       run = Run::open(ctx_.engine, path_);
     } catch (const std::exception& e) {
       log::warn("run view: " + path_ + ": not shown as a run: " + e.what());
-      return make_plain_dir_provider(ctx_, path_)->list();
+      return make_plain_dir_provider(ctx_, path_, chain_)->list();
     }
     std::vector<ChildEntry> out;
     // Multi-module detectors (EXtra-data's identify_multimod_detectors), by source names only.
@@ -262,6 +263,7 @@ class RunDirProvider final : public DirProvider {
   const TreeContext& ctx_;
   std::string path_;
   NodeMeta dmeta_, fmeta_;
+  DirChainPtr chain_;
   std::map<std::string, euxfel::DetectorSources> detectors_;  // by name, filled by list()
 };
 
@@ -273,7 +275,7 @@ ProviderFactory make_run_view_factory(const VfsOptions& opts) {
     if (req.kind != SourceKind::Directory) return nullptr;
     // Names only: nothing is opened until the directory is looked up or listed.
     if (!euxfel::looks_like_run_dir(req.path)) return nullptr;
-    return std::make_unique<RunDirProvider>(req.ctx, req.path, req.st);
+    return std::make_unique<RunDirProvider>(req.ctx, req.path, req.st, req.chain);
   };
 }
 

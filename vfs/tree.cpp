@@ -1,8 +1,10 @@
 #include "vfs/tree.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 
 #include "core/error.h"
@@ -10,31 +12,114 @@
 
 namespace h5d::vfs {
 
-NodeMeta file_meta(const struct stat& st) {
-  NodeMeta m;
+mode_t perm_by_rule(MetaRule rule, mode_t st_mode) {
+  const mode_t r = st_mode & 0444, w = st_mode & 0222;
+  switch (rule) {
+    case MetaRule::Fixed: return st_mode & 07777;
+    case MetaRule::File: return r;
+    case MetaRule::FileWritable: return r | w;
+    case MetaRule::DirOfFile: return r | (r >> 2);
+    case MetaRule::DirOfFileWritable: return r | (r >> 2) | w;
+    case MetaRule::Dir: return st_mode & 0555;
+    case MetaRule::DirWritable: return st_mode & 0777;
+  }
+  return 0;
+}
+
+namespace {
+void follow(NodeMeta& m, const struct stat& st) {
   m.uid = st.st_uid;
   m.gid = st.st_gid;
-  m.perm = st.st_mode & 0444;
+  if (m.rule != MetaRule::Fixed) m.perm = perm_by_rule(m.rule, st.st_mode);
   m.mtime = st.st_mtim;
   m.ctime = st.st_ctim;
+}
+NodeMeta by_rule(const struct stat& st, MetaRule rule) {
+  NodeMeta m;
+  m.rule = rule;
+  follow(m, st);
   return m;
 }
+}  // namespace
 
-NodeMeta dir_meta_of_file(const struct stat& st) {
-  NodeMeta m = file_meta(st);
-  m.perm = (st.st_mode & 0444) | ((st.st_mode & 0444) >> 2);
-  return m;
-}
+NodeMeta file_meta(const struct stat& st) { return by_rule(st, MetaRule::File); }
+NodeMeta dir_meta_of_file(const struct stat& st) { return by_rule(st, MetaRule::DirOfFile); }
+NodeMeta dir_meta(const struct stat& st) { return by_rule(st, MetaRule::Dir); }
 
-NodeMeta dir_meta(const struct stat& st) {
-  NodeMeta m = file_meta(st);
-  m.perm = st.st_mode & 0555;
+NodeMeta source_meta(const std::string& path, const struct stat& st, MetaRule rule) {
+  NodeMeta m = by_rule(st, rule);
+  m.source = std::make_shared<const std::string>(path);
   return m;
 }
 
 NodeMeta with_perm(NodeMeta m, mode_t perm) {
   m.perm = perm;
+  m.rule = MetaRule::Fixed;
   return m;
+}
+
+NodeMeta current_meta(const NodeMeta& m) {
+  if (!m.source) return m;
+  struct stat st;
+  if (::stat(m.source->c_str(), &st) != 0) return m;  // gone: opening it will say so
+  NodeMeta now = m;
+  follow(now, st);
+  return now;
+}
+
+// ---- Access as the kernel would decide it ---------------------------------------------------
+
+bool Caller::in_group(gid_t g) const {
+  return g == gid || std::find(groups.begin(), groups.end(), g) != groups.end();
+}
+
+bool permits(const Caller& c, uid_t uid, gid_t gid, mode_t mode, int want) {
+  if (c.uid == 0) return true;  // CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH (ACLs are not read)
+  const mode_t bits = c.uid == uid ? (mode >> 6) & 7 : c.in_group(gid) ? (mode >> 3) & 7 : mode & 7;
+  return (static_cast<int>(bits) & want) == want;
+}
+
+namespace {
+void check_path(const Caller& c, const std::string& p, int want_dir) {
+  struct stat st;
+  if (::stat("/", &st) == 0 && !permits(c, st.st_uid, st.st_gid, st.st_mode, X_OK)) {
+    fail(EACCES, "uid " + std::to_string(c.uid) + " may not pass through /");
+  }
+  // Every directory on the way, from the root: as path resolution checks them.
+  for (size_t i = p.find('/', 1); i != std::string::npos; i = p.find('/', i + 1)) {
+    const std::string dir = p.substr(0, i);
+    if (::stat(dir.c_str(), &st) != 0) fail(errno == ENOENT ? ENOENT : EACCES, dir + ": " + std::strerror(errno));
+    if (!permits(c, st.st_uid, st.st_gid, st.st_mode, X_OK)) {
+      fail(EACCES, "uid " + std::to_string(c.uid) + " may not pass through " + dir + " (on the way to " + p + ")");
+    }
+  }
+  if (::stat(p.c_str(), &st) != 0) fail(errno, p + ": " + std::strerror(errno));
+  const int want = S_ISDIR(st.st_mode) ? want_dir : R_OK;
+  if (want && !permits(c, st.st_uid, st.st_gid, st.st_mode, want)) {
+    fail(EACCES, "uid " + std::to_string(c.uid) + " may not " + (want & R_OK ? "read " : "enter ") + p);
+  }
+}
+}  // namespace
+
+void check_access(const Caller& c, const NodeMeta& m, int want_dir) {
+  if (c.uid == 0) return;
+  if (m.source) check_path(c, *m.source, want_dir);
+  if (m.also) {
+    for (const std::string& p : *m.also) check_path(c, p, R_OK);
+  }
+}
+
+// ---- Symlink loops ----------------------------------------------------------------------------
+
+DirChainPtr chain_with(DirChainPtr up, const struct stat& st) {
+  return std::make_shared<const DirChain>(DirChain{st.st_dev, st.st_ino, std::move(up)});
+}
+
+bool chain_has(const DirChain* c, const struct stat& st) {
+  for (; c; c = c->up.get()) {
+    if (c->dev == st.st_dev && c->ino == st.st_ino) return true;
+  }
+  return false;
 }
 
 // ---- DirNode ----------------------------------------------------------------------------------

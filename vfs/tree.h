@@ -44,21 +44,59 @@ struct ArraySpec;
 
 enum class NodeKind { Directory, File, Symlink };
 
-// Owner, permission bits (never write bits) and times shown for a node.
+// How a node's permission bits follow its source object's mode: a file shown for a source file
+// (its r bits; Writable: r and w), a directory shown for a source file (r-x where the file has
+// r; Writable: and its w bits), a directory shown for a source directory (r and x bits;
+// Writable: and w), or Fixed (set once, never re-derived).
+enum class MetaRule { Fixed, File, FileWritable, DirOfFile, DirOfFileWritable, Dir, DirWritable };
+mode_t perm_by_rule(MetaRule rule, mode_t st_mode);
+
+// Owner, permission bits (never write bits, unless on a rw mount) and times shown for a node.
 struct NodeMeta {
   uid_t uid = 0;
   gid_t gid = 0;
   mode_t perm = 0444;  // permission bits only; the type bits come from the node kind
   timespec mtime{};
   timespec ctime{};
+  // The source file or directory (resolved, absolute) the node is shown for: its owner, mode
+  // and times are re-read (current_meta) whenever the kernel asks for attributes, and the
+  // requesting user must be able to reach it (check_access). Empty: nothing to follow.
+  std::shared_ptr<const std::string> source;
+  MetaRule rule = MetaRule::Fixed;
+  // Other files the node's bytes come from (the file behind an external link, VDS sources;
+  // resolved): the requesting user must be able to read each of them too.
+  std::shared_ptr<const std::vector<std::string>> also;
 };
 
 // Meta of a file shown for a source file (its r bits), of a directory shown for a source file
 // (r-x where the file has r), and of a directory shown for a source directory (r and x bits).
+// The forms with a path follow that source (NodeMeta::source).
 NodeMeta file_meta(const struct stat& st);
 NodeMeta dir_meta_of_file(const struct stat& st);
 NodeMeta dir_meta(const struct stat& st);
+NodeMeta source_meta(const std::string& path, const struct stat& st, MetaRule rule);
+// A fixed permission (the source, if any, is still followed for owner, times and access).
 NodeMeta with_perm(NodeMeta m, mode_t perm);
+// `m` with owner, times and (unless Fixed) permission bits as the source has them now (one
+// stat); `m` itself when it follows no source or the source cannot be stat'ed.
+NodeMeta current_meta(const NodeMeta& m);
+
+// Who sent a request: the kernel's permission rules (owner bits for the owner, else group bits
+// for a member of the group, else other bits; uid 0 passes) applied by the daemon itself.
+struct Caller {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;  // supplementary groups
+  bool in_group(gid_t g) const;
+};
+// True when `c` may do `want` (R_OK, W_OK, X_OK bits) on an object with this owner and mode.
+bool permits(const Caller& c, uid_t uid, gid_t gid, mode_t mode, int want);
+// Error(EACCES) unless `c` could reach the node's source as it would meet it directly: search
+// (x) on every directory of its resolved path, from "/"; then read on the source itself when it
+// is a regular file (everything shown for a file derives from its r bits) and `want_dir` on it
+// when it is a directory; the same for each file in NodeMeta::also. Nodes that follow no
+// source pass.
+void check_access(const Caller& c, const NodeMeta& m, int want_dir);
 
 class Node {
  public:
@@ -68,6 +106,7 @@ class Node {
   Node& operator=(const Node&) = delete;
 
   NodeKind kind() const { return kind_; }
+  // As listed; current_meta(meta()) follows the source.
   const NodeMeta& meta() const { return meta_; }
   // 0 until the node is registered in the inode table (when its parent is listed).
   uint64_t ino() const { return ino_.load(std::memory_order_acquire); }
@@ -229,11 +268,24 @@ struct TreeContext;
 
 enum class SourceKind { Directory, Hdf5File };
 
+// The real directories a directory node is shown below, itself included (device and inode,
+// innermost first): a symlink that resolves to one of them is a loop (ln -s . self, a -> b -> a)
+// and is left out, so that the tree stays finite.
+struct DirChain {
+  dev_t dev;
+  ino_t ino;
+  std::shared_ptr<const DirChain> up;
+};
+using DirChainPtr = std::shared_ptr<const DirChain>;
+DirChainPtr chain_with(DirChainPtr up, const struct stat& st);
+bool chain_has(const DirChain* c, const struct stat& st);
+
 struct ProviderRequest {
   const TreeContext& ctx;
   std::string path;    // absolute path of the real directory or HDF5 file
   SourceKind kind;
   const struct stat& st;
+  DirChainPtr chain;  // Directory: the directories above `path` (its own not included)
 };
 // Returns a provider for the directory node shown for `path`, or nullptr when not interested.
 using ProviderFactory = std::function<std::unique_ptr<DirProvider>(const ProviderRequest&)>;
@@ -261,19 +313,22 @@ int hdf5_signature(int fd, uint64_t file_size);
 // directory provider / the root group of the file. The *_node forms wrap it in a DirNode.
 std::unique_ptr<DirProvider> make_source_dir_provider(const TreeContext& ctx,
                                                       const std::string& path,
-                                                      const struct stat& st);
+                                                      const struct stat& st,
+                                                      DirChainPtr up = nullptr);
 std::unique_ptr<DirProvider> make_hdf5_file_provider(const TreeContext& ctx,
                                                      const std::string& path,
                                                      const struct stat& st);
 // The plain providers, without consulting the factories.
-std::unique_ptr<DirProvider> make_plain_dir_provider(const TreeContext& ctx, const std::string& path);
+// `chain`: the directories above `path` and `path` itself (nullptr: `path` alone).
+std::unique_ptr<DirProvider> make_plain_dir_provider(const TreeContext& ctx, const std::string& path,
+                                                     DirChainPtr chain = nullptr);
 std::unique_ptr<DirProvider> make_group_provider(const TreeContext& ctx,
                                                  const std::string& file_path,
                                                  const std::string& group_path,
                                                  const NodeMeta& dir_meta,
                                                  const NodeMeta& file_meta);
 NodePtr make_source_dir_node(const TreeContext& ctx, const std::string& path,
-                             const struct stat& st);
+                             const struct stat& st, DirChainPtr up = nullptr);
 NodePtr make_hdf5_file_node(const TreeContext& ctx, const std::string& path,
                             const struct stat& st);
 // The directory node for group `group_path` of the HDF5 file at `file_path` (opened lazily, when

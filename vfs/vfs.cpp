@@ -2,9 +2,11 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -53,6 +55,12 @@ class RootProvider final : public DirProvider {
 
 const auto g_start = std::chrono::steady_clock::now();
 
+std::string oct(mode_t m) {
+  char b[16];
+  std::snprintf(b, sizeof b, "%04o", static_cast<unsigned>(m));
+  return b;
+}
+
 }  // namespace
 
 Vfs::Vfs(Engine& engine, VfsOptions opts, const std::string& source) : engine_(engine) {
@@ -67,13 +75,13 @@ Vfs::Vfs(Engine& engine, VfsOptions opts, const std::string& source) : engine_(e
   }
   NodeMeta root_meta;
   if (S_ISDIR(st.st_mode)) {
-    root_meta = dir_meta(st);
-    if (opts.writable) root_meta.perm |= st.st_mode & 0222;  // rw: mkdir NAME.h5 at the root
+    // rw: mkdir NAME.h5 at the root
+    root_meta = source_meta(source_, st, opts.writable ? MetaRule::DirWritable : MetaRule::Dir);
   } else if (S_ISREG(st.st_mode)) {
     if (!is_hdf5_file(source_)) {
       fail(EINVAL, "source " + source + " is not an HDF5 file (no HDF5 signature) nor a directory");
     }
-    root_meta = dir_meta_of_file(st);
+    root_meta = source_meta(source_, st, MetaRule::DirOfFile);
   } else {
     fail(EINVAL, "source " + source + " is neither a regular file nor a directory");
   }
@@ -102,17 +110,18 @@ Attr Vfs::attr_of(const Node& n) {
   Attr a;
   a.ino = n.ino();
   a.kind = n.kind();
-  a.uid = n.meta().uid;
-  a.gid = n.meta().gid;
-  a.mtime = n.meta().mtime;
-  a.ctime = n.meta().ctime;
+  const NodeMeta m = current_meta(n.meta());  // as the source is now (chmod, chown)
+  a.uid = m.uid;
+  a.gid = m.gid;
+  a.mtime = m.mtime;
+  a.ctime = m.ctime;
   switch (n.kind()) {
     case NodeKind::Directory:
-      a.mode = S_IFDIR | n.meta().perm;
+      a.mode = S_IFDIR | m.perm;
       a.nlink = 2;
       break;
     case NodeKind::File:
-      a.mode = S_IFREG | n.meta().perm;
+      a.mode = S_IFREG | m.perm;
       a.is_volatile = static_cast<const FileNode&>(n).is_volatile();
       break;
     case NodeKind::Symlink:
@@ -131,19 +140,31 @@ Attr Vfs::attr_of(const Node& n) {
   return a;
 }
 
+// uid=, gid=, umask= replace the source's owners and modes: what is shown is then what the
+// kernel decides on (default_permissions), and the daemon adds no check of its own.
+const Caller* Vfs::deciding(const Caller* who) const {
+  const VfsOptions& o = ctx_->opts;
+  return o.show_uid >= 0 || o.show_gid >= 0 || o.umask >= 0 ? nullptr : who;
+}
+
 Attr Vfs::getattr(uint64_t ino) { return attr_of(*node(ino)); }
 
-Attr Vfs::lookup(uint64_t parent, const std::string& name) {
+Attr Vfs::lookup(uint64_t parent, const std::string& name, const Caller* who) {
+  who = deciding(who);
   NodePtr p = node(parent);
   if (p->kind() != NodeKind::Directory) fail(ENOTDIR, "lookup in a non-directory");
+  if (who) check_access(*who, p->meta(), X_OK);
   NodePtr c = static_cast<DirNode&>(*p).find(*table_, name);
   if (!c) fail(ENOENT, "no entry '" + name + "'");
+  if (who) check_access(*who, c->meta(), 0);
   return attr_of(*c);
 }
 
-std::vector<DirEntry> Vfs::readdir(uint64_t ino) {
+std::vector<DirEntry> Vfs::readdir(uint64_t ino, const Caller* who) {
+  who = deciding(who);
   NodePtr p = node(ino);
   if (p->kind() != NodeKind::Directory) fail(ENOTDIR, "readdir of a non-directory");
+  if (who) check_access(*who, p->meta(), R_OK);
   auto l = static_cast<DirNode&>(*p).listing(*table_);
   std::vector<DirEntry> out;
   out.reserve(l->entries.size());
@@ -151,12 +172,23 @@ std::vector<DirEntry> Vfs::readdir(uint64_t ino) {
   return out;
 }
 
-std::unique_ptr<OpenFile> Vfs::open(uint64_t ino, int flags) {
+std::unique_ptr<OpenFile> Vfs::open(uint64_t ino, int flags, const Caller* who) {
+  who = deciding(who);
   NodePtr n = node(ino);
   const bool for_write = (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
   if (for_write && !writable()) fail(EROFS, "read-only filesystem");
   if (n->kind() == NodeKind::Directory) fail(EISDIR, "is a directory");
   if (n->kind() != NodeKind::File) fail(EINVAL, "not a regular file");
+  if (who) {
+    // Decided on the source as it is now: a chmod or chown since the kernel cached the
+    // attributes counts for every new open.
+    check_access(*who, n->meta(), R_OK);
+    const NodeMeta m = current_meta(n->meta());
+    const int want = (for_write ? W_OK : 0) | ((flags & O_ACCMODE) == O_WRONLY ? 0 : R_OK);
+    if (!permits(*who, m.uid, m.gid, m.perm, want)) {
+      fail(EACCES, "uid " + std::to_string(who->uid) + " may not open this file (mode " + oct(m.perm) + ")");
+    }
+  }
   opens_.fetch_add(1, std::memory_order_relaxed);
   if (for_write) return static_cast<FileNode&>(*n).open_write(flags);
   return static_cast<FileNode&>(*n).open();
@@ -185,19 +217,23 @@ NodeMeta new_meta(mode_t mode, uid_t uid, gid_t gid) {
 }
 }  // namespace
 
-Attr Vfs::mkdir(uint64_t parent, const std::string& name, mode_t mode, uid_t uid, gid_t gid) {
+Attr Vfs::mkdir(uint64_t parent, const std::string& name, mode_t mode, uid_t uid, gid_t gid,
+               const Caller* who) {
   if (!writable()) fail(EROFS, "read-only filesystem");
   NodePtr p = node(parent);
   if (p->kind() != NodeKind::Directory) fail(ENOTDIR, "mkdir in a non-directory");
+  if ((who = deciding(who))) check_access(*who, p->meta(), X_OK | W_OK);
   NodePtr n = make_directory(*ctx_, *table_, static_cast<DirNode&>(*p), name, new_meta(mode, uid, gid));
   return attr_of(*n);
 }
 
 std::pair<Attr, std::unique_ptr<OpenFile>> Vfs::create(uint64_t parent, const std::string& name,
-                                                       mode_t mode, uid_t uid, gid_t gid) {
+                                                       mode_t mode, uid_t uid, gid_t gid,
+                                                       const Caller* who) {
   if (!writable()) fail(EROFS, "read-only filesystem");
   NodePtr p = node(parent);
   if (p->kind() != NodeKind::Directory) fail(ENOTDIR, "create in a non-directory");
+  if ((who = deciding(who))) check_access(*who, p->meta(), X_OK | W_OK);
   auto r = create_file(*ctx_, *table_, std::static_pointer_cast<DirNode>(p), name,
                        new_meta(mode & 0777, uid, gid));
   opens_.fetch_add(1, std::memory_order_relaxed);

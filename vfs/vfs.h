@@ -66,11 +66,14 @@ class Vfs {
   void add_provider_factory(ProviderFactory factory);
 
   Attr getattr(uint64_t ino);
-  Attr lookup(uint64_t parent, const std::string& name);  // Error(ENOENT) when missing
-  std::vector<DirEntry> readdir(uint64_t ino);
+  // `who`: the requesting user, whose access to the source is checked as the kernel would
+  // decide it for the source itself (check_access: every directory on the resolved path, the
+  // source's mode now), Error(EACCES) when denied; nullptr: not checked (the daemon's own use).
+  Attr lookup(uint64_t parent, const std::string& name, const Caller* who = nullptr);  // Error(ENOENT) when missing
+  std::vector<DirEntry> readdir(uint64_t ino, const Caller* who = nullptr);
   // flags as open(2): anything but O_RDONLY gives Error(EROFS) (on rw mounts: files that cannot
   // be written give EROFS or EPERM); directories give EISDIR.
-  std::unique_ptr<OpenFile> open(uint64_t ino, int flags);
+  std::unique_ptr<OpenFile> open(uint64_t ino, int flags, const Caller* who = nullptr);
   // With `pushes`, also says which pages the read made worth pushing (OpenFile::read_pushing).
   size_t read(OpenFile& file, uint64_t off, size_t size, char* buf, OpenFile::Pushes* pushes = nullptr);
 
@@ -78,9 +81,12 @@ class Vfs {
   // Makes the mount writable: call before the first access. The writer outlives the Vfs.
   void set_writer(Writer* writer);
   bool writable() const { return ctx_->writer != nullptr; }
-  Attr mkdir(uint64_t parent, const std::string& name, mode_t mode, uid_t uid, gid_t gid);
+  // `who` as for lookup: the parent's source must let them search and write.
+  Attr mkdir(uint64_t parent, const std::string& name, mode_t mode, uid_t uid, gid_t gid,
+             const Caller* who = nullptr);
   std::pair<Attr, std::unique_ptr<OpenFile>> create(uint64_t parent, const std::string& name,
-                                                    mode_t mode, uid_t uid, gid_t gid);
+                                                    mode_t mode, uid_t uid, gid_t gid,
+                                                    const Caller* who = nullptr);
   size_t write(OpenFile& file, uint64_t off, size_t size, const char* buf);
   // Close (flush, release) and fsync (durable) of an open file.
   void flush(OpenFile& file, bool durable);
@@ -103,6 +109,7 @@ class Vfs {
 
  private:
   NodePtr node(uint64_t ino);  // Error(ENOENT) when unknown
+  const Caller* deciding(const Caller* who) const;  // nullptr when the daemon does not check
   Attr attr_of(const Node& n);
 
   Engine& engine_;

@@ -1,5 +1,6 @@
 #include "vfs/writable.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -335,14 +336,27 @@ NodePtr make_directory(const TreeContext& ctx, InodeTable& table, DirNode& paren
   if (t.kind == WriteTarget::SourceDir) {
     const std::string path = join(t.path, name);
     if (is_hdf5_name(name)) {
-      ctx.writer->create_file(path);
-      node = std::make_shared<DirNode>(meta, nullptr);
+      // The file belongs to the requesting user, with the mode asked for (w kept, x dropped);
+      // what is shown then follows the file on disk, as for any source file.
+      const NewFileOwner owner{meta.uid, meta.gid, meta.perm};
+      ctx.writer->create_file(path, &owner);
+      struct stat st;
+      if (::stat(path.c_str(), &st) != 0) fail(errno, "stat " + path + ": " + std::strerror(errno));
+      node = std::make_shared<DirNode>(source_meta(path, st, MetaRule::DirOfFileWritable), nullptr);
       node->set_write_target({WriteTarget::NewGroup, path, "/"});
     } else {
       if (::mkdir(path.c_str(), meta.perm & 0777) != 0) {
         fail(errno, "mkdir " + path + ": " + std::strerror(errno));
       }
-      if (::geteuid() == 0) (void)::chown(path.c_str(), meta.uid, meta.gid);
+      if (::geteuid() == 0) {
+        // Through a descriptor of the directory itself (O_NOFOLLOW): never a symlink put in
+        // its place meanwhile.
+        const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 || ::fchown(fd, meta.uid, meta.gid) != 0) {
+          log::warn(path + ": cannot give it to uid " + std::to_string(meta.uid) + ": " + std::strerror(errno));
+        }
+        if (fd >= 0) ::close(fd);
+      }
       struct stat st;
       if (::stat(path.c_str(), &st) != 0) fail(errno, "stat " + path + ": " + std::strerror(errno));
       NodePtr n = make_source_dir_node(ctx, path, st);
@@ -352,7 +366,7 @@ NodePtr make_directory(const TreeContext& ctx, InodeTable& table, DirNode& paren
   } else if (t.kind == WriteTarget::NewGroup) {
     const std::string group = join(t.group, name);
     ctx.writer->create_group(t.path, group);
-    node = std::make_shared<DirNode>(meta, nullptr);
+    node = std::make_shared<DirNode>(parent.meta(), nullptr);  // what the file has
     node->set_write_target({WriteTarget::NewGroup, t.path, group});
   } else {
     fail(EPERM, "new directories only in source directories (a new NAME.h5 file) and in files "
@@ -390,7 +404,9 @@ std::pair<NodePtr, std::unique_ptr<OpenFile>> create_file(const TreeContext& ctx
   s->file = t.path;
   s->dset = join(t.group, stem);
   s->stem = stem;
-  s->meta = meta;
+  // A dataset lives in the file: shown with the file's owner and r/w bits (it follows them).
+  s->meta = parent->meta().source ? parent->meta() : meta;
+  if (s->meta.source) s->meta.rule = MetaRule::FileWritable;
   auto node = std::make_shared<NewFileNode>(s, kind);
   parent->add_child(table, name, node);
   return {node, std::make_unique<NewOpenFile>(s, kind, true)};

@@ -143,6 +143,68 @@ TEST_CASE("permissions mirror the source without write bits", "[vfs]") {
   CHECK(file_meta(st).perm == 0444);
 }
 
+TEST_CASE("access is decided as the kernel would: owner, then group, then other bits", "[vfs]") {
+  Caller c;
+  c.uid = 1000;
+  c.gid = 100;
+  c.groups = {200};
+  CHECK(permits(c, 1000, 0, 0400, R_OK));
+  CHECK_FALSE(permits(c, 1000, 100, 0044, R_OK));  // the owner gets the owner bits, not the group's
+  CHECK(permits(c, 1, 200, 0040, R_OK));          // a supplementary group
+  CHECK_FALSE(permits(c, 1, 300, 0604, R_OK | X_OK));
+  CHECK(permits(c, 1, 300, 0005, R_OK | X_OK));
+  Caller root;
+  CHECK(permits(root, 1, 1, 0000, R_OK | X_OK));
+  CHECK(perm_by_rule(MetaRule::File, 0640) == 0440);
+  CHECK(perm_by_rule(MetaRule::DirOfFileWritable, 0640) == 0750);
+  CHECK(perm_by_rule(MetaRule::DirWritable, 0751) == 0751);
+}
+
+TEST_CASE("check_access walks every directory of the source's path and follows chmod", "[vfs]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: needs root (files owned by others)");
+    return;
+  }
+  const std::string d = tmpdir("access");
+  REQUIRE(::chmod(d.c_str(), 0755) == 0);
+  const std::string priv = d + "/priv", f = priv + "/f.h5";
+  REQUIRE(::mkdir(priv.c_str(), 0700) == 0);
+  { std::ofstream(f) << "x"; }
+  REQUIRE(::chmod(f.c_str(), 0644) == 0);
+  struct stat st;
+  REQUIRE(::stat(f.c_str(), &st) == 0);
+  const NodeMeta m = source_meta(f, st, MetaRule::File);
+  Caller other;
+  other.uid = 61010;
+  other.gid = 61010;
+  struct stat dst;
+  REQUIRE(::stat(d.c_str(), &dst) == 0);
+  try {
+    check_access(other, source_meta(d, dst, MetaRule::Dir), X_OK);
+  } catch (const Error&) {
+    WARN("skipped: other users cannot reach " + d + " (set H5D_TEST_TMP)");
+    return;
+  }
+  try {
+    check_access(other, m, 0);
+    FAIL("a 0700 directory on the way let another user through");
+  } catch (const Error& e) {
+    CHECK(e.code() == EACCES);
+    CHECK(std::string(e.what()).find(priv) != std::string::npos);
+  }
+  REQUIRE(::chmod(priv.c_str(), 0711) == 0);  // search only: the file is reachable
+  CHECK_NOTHROW(check_access(other, m, 0));
+  REQUIRE(::chmod(f.c_str(), 0600) == 0);     // and now no longer readable
+  CHECK_THROWS_AS(check_access(other, m, 0), Error);
+  CHECK(current_meta(m).perm == 0400);
+  REQUIRE(::chown(f.c_str(), 61010, 61010) == 0);
+  CHECK_NOTHROW(check_access(other, m, 0));
+  CHECK(current_meta(m).uid == 61010);
+  Caller root;
+  REQUIRE(::chmod(priv.c_str(), 0700) == 0);
+  CHECK_NOTHROW(check_access(root, m, 0));
+}
+
 TEST_CASE("array files: .npy header from memory then the array's bytes; .raw alone", "[vfs]") {
   Engine engine(small_engine());
   TreeContext ctx{engine, VfsOptions{}, {}};

@@ -1,0 +1,220 @@
+"""Access through an allow_other mount as other users would meet the source: symlinks that lead
+through private directories, chmod and chown of a source while mounted, files created through a
+writable mount and who owns them. The oracle is the kernel itself: each user's access to the
+resolved source path, tried directly (setpriv ... cat SOURCE), against the same user's access
+through the mount. Throwaway users are numeric uids (setpriv needs no passwd entry); every file
+they own lives in the test's own temporary directories."""
+import json
+import os
+import os.path as osp
+import shutil
+import subprocess
+
+import h5py
+import numpy as np
+import pytest
+
+import h5d_testlib as tl
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which('setpriv'),
+                                reason='needs root (allow_other, other users) and setpriv')
+
+ALICE, BOB, EVE = 61001, 61002, 61003  # no passwd entries needed
+X = np.arange(12, dtype='<u2').reshape(3, 4)
+
+
+def _h5(path, owner=None, mode=0o644):
+    with h5py.File(path, 'w') as f:
+        f['x'] = X
+    if owner is not None:
+        os.chown(path, owner, owner)
+    os.chmod(path, mode)
+    return path
+
+
+def as_user(uid, *cmd, groups=()):
+    ids = [f'--reuid={uid}', f'--regid={uid}']
+    ids += [f'--groups={",".join(map(str, groups))}'] if groups else ['--clear-groups']
+    return subprocess.run(['setpriv'] + ids + list(cmd), capture_output=True, timeout=30)
+
+
+def can_read(uid, path):
+    r = as_user(uid, 'cat', path)
+    return r.returncode == 0, r
+
+
+def _private_dir(parent, name, owner, mode=0o700):
+    d = osp.join(parent, name)
+    os.mkdir(d)
+    os.chown(d, owner, owner)
+    os.chmod(d, mode)
+    return d
+
+
+@pytest.fixture
+def tree():
+    """src/ (0755) with alice/ (alice's, 0755) and bob/ (bob's, 0700) holding secret.h5 (0644);
+    alice plants links to bob's file, to bob's directory, and to a file in a 0700 directory
+    outside the source; outside/ (root's, 0700) holds out.h5 (0644)."""
+    base = tl.make_tmpdir('acc-')
+    src = osp.join(base, 'src')
+    os.mkdir(src)
+    os.chmod(src, 0o755)
+    alice = _private_dir(src, 'alice', ALICE, 0o755)
+    bob = _private_dir(src, 'bob', BOB, 0o700)
+    _h5(osp.join(bob, 'secret.h5'), BOB, 0o644)
+    _h5(osp.join(alice, 'own.h5'), ALICE, 0o644)
+    outside = _private_dir(base, 'outside', 0, 0o700)
+    _h5(osp.join(outside, 'out.h5'), 0, 0o644)
+    # planted by alice herself (the links are hers, in her directory)
+    for name, target in [('to_secret.h5', '../bob/secret.h5'), ('to_bob', '../bob'),
+                         ('to_out.h5', osp.join(outside, 'out.h5'))]:
+        r = as_user(ALICE, 'ln', '-s', target, osp.join(alice, name))
+        assert r.returncode == 0, r.stderr
+    return src, outside
+
+
+def test_symlink_into_private_directory_is_denied_as_directly(tree, mount):
+    """A link planted by alice into bob's 0700 directory (or root's, outside the source) gives
+    alice EACCES through the mount, as reading the source directly does; bob, who may pass his
+    own directory, reads through alice's link; root reads everything. Asked after root has
+    looked every name up (the kernel's cached entries do not let alice in either)."""
+    src, outside = tree
+    m = mount(src, 'allow_other')
+    x = X.tobytes()
+    cases = {  # mount path -> the resolved source file
+        ('alice', 'to_secret.h5'): osp.join(src, 'bob', 'secret.h5'),
+        ('alice', 'to_out.h5'): osp.join(outside, 'out.h5'),
+        ('alice', 'own.h5'): osp.join(src, 'alice', 'own.h5'),
+    }
+    for parts in cases:  # root first: every entry is in the kernel's caches now
+        assert open(m.path(*parts, 'x.raw'), 'rb').read() == x
+    for uid in (ALICE, BOB, EVE):
+        for parts, source in cases.items():
+            direct, _ = can_read(uid, source)
+            through, r = can_read(uid, m.path(*parts, 'x.raw'))
+            assert through == direct, (uid, parts, direct, r.stderr)
+            if through:
+                assert r.stdout == x
+            else:
+                assert b'Permission denied' in r.stderr, r.stderr
+            listed = as_user(uid, 'ls', m.path(*parts))
+            assert (listed.returncode == 0) == direct, (uid, parts, listed.stderr)
+    # the expected outcome, spelled out: only bob (and root) reach bob's file
+    assert not can_read(ALICE, m.path('alice', 'to_secret.h5', 'x.raw'))[0]
+    assert can_read(BOB, m.path('alice', 'to_secret.h5', 'x.raw'))[0]
+    assert not can_read(ALICE, m.path('alice', 'to_out.h5', 'x.raw'))[0]
+    # a link to bob's directory itself: shown with bob's mode, so the kernel refuses alice
+    r = as_user(ALICE, 'ls', m.path('alice', 'to_bob'))
+    assert r.returncode != 0 and b'Permission denied' in r.stderr
+    assert f'uid {ALICE} may not pass through {osp.join(src, "bob")}' in m.log()
+
+
+def test_chmod_and_chown_of_a_source_while_mounted(tree, mount):
+    """A new open after chmod/chown is decided on the source's new mode and owner, with the
+    default attribute timeout (one day) too; with attr_timeout=0 the mode and owner shown
+    follow at once."""
+    src, _ = tree
+    own = osp.join(src, 'alice', 'own.h5')
+    x = X.tobytes()
+    for opts in ('allow_other', 'allow_other,attr_timeout=0,entry_timeout=0'):
+        os.chown(own, ALICE, ALICE)
+        os.chmod(own, 0o644)
+        m = mount(src, opts)
+        p = m.path('alice', 'own.h5', 'x.raw')
+        ok, r = can_read(EVE, p)
+        assert ok and r.stdout == x, r.stderr
+        os.chmod(own, 0o600)                      # revoked: eve is out, alice still in
+        assert not can_read(EVE, p)[0]
+        assert can_read(ALICE, p)[0]
+        os.chown(own, EVE, EVE)                   # given to eve: alice is out
+        assert can_read(EVE, p)[0]
+        assert not can_read(ALICE, p)[0]
+        if 'attr_timeout=0' in opts:
+            st = os.stat(p)
+            assert (st.st_uid, st.st_mode & 0o777) == (EVE, 0o400)
+            assert os.stat(m.path('alice', 'own.h5')).st_mode & 0o777 == 0o500
+            os.chmod(own, 0o644)                  # given back to everyone
+            assert can_read(ALICE, p)[0]
+            assert os.stat(p).st_mode & 0o777 == 0o444
+        os.chmod(src, 0o700)                      # the source directory itself closed
+        assert not can_read(EVE, p)[0]
+        os.chmod(src, 0o755)
+        m.close()
+
+
+def test_files_created_through_a_writable_mount_belong_to_their_creator(mount):
+    """mkdir NAME.h5 by alice makes a file alice owns on disk, with the mode she asked for
+    (umask applied, x bits dropped); the mount shows the file's real owner and mode, and the
+    datasets she writes into it are hers too. A plain directory is hers as well."""
+    src = tl.make_tmpdir('acc-wr-')
+    os.chmod(src, 0o777)
+    m = mount(src, 'writable,allow_other')
+    r = as_user(ALICE, 'sh', '-c', f'umask 027 && mkdir {m.path("a.h5")} && mkdir {m.path("plain")}')
+    assert r.returncode == 0, r.stderr
+    st = os.stat(osp.join(src, 'a.h5'))
+    assert (st.st_uid, st.st_gid, oct(st.st_mode & 0o7777)) == (ALICE, ALICE, oct(0o640))
+    d = os.stat(osp.join(src, 'plain'))
+    assert (d.st_uid, oct(d.st_mode & 0o7777)) == (ALICE, oct(0o750))
+    shown = os.stat(m.path('a.h5'))
+    assert (shown.st_uid, shown.st_gid, oct(shown.st_mode & 0o777)) == (ALICE, ALICE, oct(0o750))
+    spec = json.dumps({'shape': [3, 4], 'dtype': '<u2'})
+    r = as_user(ALICE, 'sh', '-c', f"printf '%s' '{spec}' > {m.path('a.h5', 'd.json')}")
+    assert r.returncode == 0, r.stderr
+    r = as_user(ALICE, '/usr/bin/python3', '-c',
+                f'import os; fd = os.open({m.path("a.h5", "d.raw")!r}, os.O_WRONLY); '
+                f'os.pwrite(fd, bytes(range(24)), 0); os.close(fd)')
+    assert r.returncode == 0, r.stderr
+    ds = os.stat(m.path('a.h5', 'd.raw'))
+    assert (ds.st_uid, ds.st_mode & 0o777) == (ALICE, 0o640)
+    # eve (other) may neither read alice's 0640 file nor create in it
+    assert not can_read(EVE, m.path('a.h5', 'd.raw'))[0]
+    r = as_user(EVE, 'mkdir', m.path('a.h5', 'g'))
+    assert r.returncode != 0
+    m.close()
+    with h5py.File(osp.join(src, 'a.h5'), 'r') as f:
+        assert f['d'][()].tobytes() == bytes(range(24))
+    assert os.stat(osp.join(src, 'a.h5')).st_uid == ALICE
+
+
+def test_external_link_and_vds_sources_need_access_too(tree, mount):
+    """A file alice may read whose dataset is an external link to bob's private file, or a
+    virtual dataset whose source is that file: alice gets EACCES for those datasets (as reading
+    bob's file directly), keeps reading her own; bob reads all of them."""
+    src, _ = tree
+    secret = osp.join(src, 'bob', 'secret.h5')
+    p = osp.join(src, 'alice', 'links.h5')
+    with h5py.File(p, 'w') as f:
+        f['mine'] = np.arange(3, dtype='<i8')
+        f['ext'] = h5py.ExternalLink(secret, '/x')
+        lay = h5py.VirtualLayout(shape=X.shape, dtype=X.dtype)
+        lay[:] = h5py.VirtualSource(secret, 'x', shape=X.shape)
+        f.create_virtual_dataset('vds', lay)
+    os.chown(p, ALICE, ALICE)
+    os.chmod(p, 0o644)
+    m = mount(src, 'allow_other')
+    x = X.tobytes()
+    for name in ('ext', 'vds'):
+        ok, r = can_read(BOB, m.path('alice', 'links.h5', f'{name}.raw'))
+        assert ok and r.stdout == x, (name, r.stderr)
+        ok, r = can_read(ALICE, m.path('alice', 'links.h5', f'{name}.raw'))
+        assert not ok and b'Permission denied' in r.stderr, (name, r.stdout[:40])
+    ok, r = can_read(ALICE, m.path('alice', 'links.h5', 'mine.raw'))
+    assert ok and r.stdout == np.arange(3, dtype='<i8').tobytes()
+
+
+def test_no_creating_through_a_symlink_into_a_private_directory(tree, mount):
+    """On a writable mount, a 0777 directory inside bob's 0700 one, reached through alice's
+    symlink, takes no new file from alice (directly she gets EACCES too); bob may create there."""
+    src, _ = tree
+    drop = _private_dir(osp.join(src, 'bob'), 'drop', BOB, 0o777)
+    r = as_user(ALICE, 'ln', '-s', '../bob/drop', osp.join(src, 'alice', 'to_drop'))
+    assert r.returncode == 0, r.stderr
+    assert as_user(ALICE, 'mkdir', osp.join(src, 'alice', 'to_drop', 'direct')).returncode != 0
+    m = mount(src, 'writable,allow_other')
+    r = as_user(ALICE, 'mkdir', m.path('alice', 'to_drop', 'new.h5'))
+    assert r.returncode != 0 and b'Permission denied' in r.stderr, r.stderr
+    assert os.listdir(drop) == []
+    r = as_user(BOB, 'mkdir', m.path('alice', 'to_drop', 'bobs.h5'))
+    assert r.returncode == 0, r.stderr
+    assert os.stat(osp.join(drop, 'bobs.h5')).st_uid == BOB
