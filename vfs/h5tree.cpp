@@ -13,6 +13,7 @@
 
 #include "core/engine.h"
 #include "core/error.h"
+#include "core/fd_cache.h"
 #include "core/h5file.h"
 #include "core/log.h"
 #include "vfs/npy.h"
@@ -174,9 +175,23 @@ class GroupProvider final : public DirProvider {
  public:
   GroupProvider(const TreeContext& ctx, std::string file, std::string group, NodeMeta dmeta,
                 NodeMeta fmeta)
-      : ctx_(ctx), file_(std::move(file)), group_(std::move(group)), dmeta_(dmeta), fmeta_(fmeta) {}
+      : ctx_(ctx), file_(std::move(file)), group_(std::move(group)), dmeta_(dmeta), fmeta_(fmeta) {
+    dmeta_.live = fmeta_.live = revalidate_seconds() > 0;
+  }
+
+  // A file that changed (a dataset grew, one was added) is listed again: new opens see the new
+  // shapes. rw mounts: the writer changes the files itself and keeps the listings (none).
+  double revalidate_seconds() const override { return ctx_.writer ? 0 : ctx_.opts.revalidate; }
+  bool changed() override {
+    struct stat st;
+    if (::stat(file_.c_str(), &st) != 0) return false;  // deleted: keep what was shown (ESTALE)
+    return identity_of(st) != listed_;
+  }
 
   std::vector<ChildEntry> list() override {
+    struct stat st;
+    if (::stat(file_.c_str(), &st) == 0) listed_ = identity_of(st);  // before reading: a change
+                                                                     // meanwhile is seen next time
     std::shared_ptr<H5File> f = ctx_.engine.open_file(file_);
     std::vector<LinkEntry> members = f->list_group(group_);
     // Names too long to list (FUSE takes names beyond NAME_MAX, but a directory entry must fit a
@@ -237,6 +252,7 @@ class GroupProvider final : public DirProvider {
   const TreeContext& ctx_;
   std::string file_, group_;
   NodeMeta dmeta_, fmeta_;
+  FileIdentity listed_;  // the file as it was at the last list()
 };
 
 }  // namespace

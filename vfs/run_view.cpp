@@ -8,6 +8,7 @@
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/euxfel/detector.h"
+#include "core/euxfel/live.h"
 #include "core/euxfel/run.h"
 #include "core/log.h"
 #include "vfs/detector_view.h"
@@ -176,9 +177,24 @@ struct SourceTrie {
 class RunDirProvider final : public DirProvider {
  public:
   RunDirProvider(const TreeContext& ctx, std::string path, const struct stat& st)
-      : ctx_(ctx), path_(std::move(path)), dmeta_(dir_meta(st)), fmeta_(file_meta(st)) {}
+      : ctx_(ctx), path_(std::move(path)), dmeta_(dir_meta(st)), fmeta_(file_meta(st)) {
+    dmeta_.live = fmeta_.live = revalidate_seconds() > 0;
+  }
+
+  // Runs being written: a sequence file added, or one that changed or was closed by its writer,
+  // makes the run be opened and listed again (docs/euxfel.md, "Runs being written").
+  double revalidate_seconds() const override { return ctx_.opts.revalidate; }
+  bool changed() override {
+    euxfel::RunDirState now = euxfel::RunDirState::take(path_, &state_);
+    if (now == state_) return false;
+    log::info("run view: " + path_ + ": changed on disk; the run is read again");
+    state_ = std::move(now);
+    return true;
+  }
 
   std::vector<ChildEntry> list() override {
+    // Before the run is read: a change meanwhile is seen at the next check.
+    state_ = euxfel::RunDirState::take(path_, &state_);
     std::shared_ptr<Run> run;
     try {
       run = Run::open(ctx_.engine, path_);
@@ -263,6 +279,7 @@ class RunDirProvider final : public DirProvider {
   std::string path_;
   NodeMeta dmeta_, fmeta_;
   std::map<std::string, euxfel::DetectorSources> detectors_;  // by name, filled by list()
+  euxfel::RunDirState state_;  // the directory as it was at the last list() or check
 };
 
 }  // namespace

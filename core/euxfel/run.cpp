@@ -14,6 +14,7 @@
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/euxfel/h5meta.h"
+#include "core/euxfel/live.h"
 #include "core/h5file.h"
 #include "core/log.h"
 
@@ -240,6 +241,7 @@ std::shared_ptr<Run> Run::open(Engine& engine, const std::string& dir, RunOption
     paths.push_back(run->overview_);
   } else {
     for (const std::string& n : h5_files_in(dir, true)) paths.push_back(join(dir, n));
+    run->leave_out_files_being_written(paths);
   }
   // libhdf5 reads each file's metadata under the HDF5 lock, one file at a time: ask the kernel
   // to read the start of every file ahead now (in parallel, without waiting), so that a cold
@@ -254,6 +256,23 @@ std::shared_ptr<Run> Run::open(Engine& engine, const std::string& dir, RunOption
   if (run->files_.empty()) fail(ENOENT, dir + ": no readable EuXFEL data files");
   run->build_sources();
   return run;
+}
+
+// A file a libhdf5 writer has open (latest format: superblock flags) is left out with one log
+// line and an entry in errors(): libhdf5 would refuse it, and its metadata may be incomplete.
+void Run::leave_out_files_being_written(std::vector<std::string>& paths) {
+  std::vector<std::string> kept;
+  for (std::string& p : paths) {
+    if (!open_for_writing(p)) {
+      kept.push_back(std::move(p));
+      continue;
+    }
+    note_left_out_while_written(p);  // logged once, not at every listing of the run
+    std::lock_guard<std::mutex> lk(mu_);
+    errors_.push_back("left out " + p.substr(p.find_last_of('/') + 1) +
+               ": being written (libhdf5 has it open for writing); it joins the run once closed");
+  }
+  paths = std::move(kept);
 }
 
 constexpr size_t kProgressFiles = 100;

@@ -188,6 +188,7 @@ class Run {
 
  private:
   Run(Engine& engine, std::string dir, RunOptions opts);
+  void leave_out_files_being_written(std::vector<std::string>& paths);
   void load_files(const std::vector<std::string>& paths);
   void build_sources();
   void load_keys_locked(Source& s);
