@@ -83,8 +83,6 @@ json key_sidecar(Run& run, const std::string& source, const KeyInfo& k) {
     j["npy_data_offset"] = npy_header(k.dtype, shape).size();
   } else {
     j["why_not_array"] = k.why_not_array;
-    j["value"] = k.small_value.kind == Value::Kind::Null ? json(nullptr) : to_json(k.small_value);
-    j["value_note"] = "value of the dataset in the source's first file, when small";
   }
   j["train_ids"] = std::string(kTrainIdsDir) + "/" + group_file_name(k.group);
   json attrs = json::object();
@@ -102,6 +100,24 @@ json key_sidecar(Run& run, const std::string& source, const KeyInfo& k) {
   auto gi = run.group_index(source, k.group);
   if (!gi->errors.empty()) j["index_errors"] = gi->errors;
   return j;
+}
+
+// A .json holds at most this many bytes of a non-array key's values: it is read whole (json.load)
+// and rendered in memory; 1 MiB holds some 50000 short per-train strings, hours of a run.
+constexpr uint64_t kMaxValueBytes = 1u << 20;
+
+// value: the rows EXtra-data's run[source, key].ndarray() gives for a non-array key (strings).
+void add_key_values(json& j, Run& run, const std::string& source, const std::string& key) {
+  try {
+    Run::KeyValues v = run.key_values(source, key, kMaxValueBytes);
+    j["value"] = to_json(v.rows);
+    j["value_rows"] = v.rows.items.size();
+    j["value_note"] = "run[source, key].ndarray(): the indexed rows of every sequence file, in train order";
+    if (!v.cut.empty()) j["value_cut"] = v.cut;
+  } catch (const std::exception& e) {
+    j["value"] = nullptr;
+    j["value_cut"] = std::string("values not read: ") + e.what();
+  }
 }
 
 // The directory of one source: its keys, .train_ids/, .run_values.json, plus sub-directories
@@ -122,7 +138,7 @@ class SourceDirProvider final : public DirProvider {
     for (const KeyInfo& k : keys) {
       if (!groups.count(k.group)) groups[k.group] = run->group_index(source, k.group);
       json side = key_sidecar(*run, source, k);
-      std::string text = json_text(side);
+      std::string text = k.is_array ? json_text(side) : std::string();
       if (k.is_array) {
         ArraySpec spec;
         spec.shape = Shape{k.rows};
@@ -135,7 +151,20 @@ class SourceDirProvider final : public DirProvider {
         out.push_back({k.name + ".npy", make_array_file(ctx_, ArrayFormat::Npy, spec, fmeta_)});
         out.push_back({k.name + ".raw", make_array_file(ctx_, ArrayFormat::Raw, std::move(spec), fmeta_)});
       }
-      out.push_back({k.name + ".json", make_text_file([text] { return text; }, fmeta_)});
+      if (k.is_array) {
+        out.push_back({k.name + ".json", make_text_file([text] { return text; }, fmeta_)});
+        continue;
+      }
+      // Non-arrays: the values of every row, read when the .json is first opened (listing
+      // reads no values).
+      const std::string key = k.name;
+      out.push_back({k.name + ".json", make_lazy_text_file(
+                                           [run, source, key, side] {
+                                             json j = side;
+                                             add_key_values(j, *run, source, key);
+                                             return json_text(j);
+                                           },
+                                           fmeta_)});
     }
     std::vector<ChildEntry> tid_files;
     for (const auto& [g, gi] : groups) {

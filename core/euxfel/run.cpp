@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <regex>
 #include <set>
@@ -720,6 +721,64 @@ ArrayPtr Run::key_array(const std::string& source, const std::string& key) {
 ArrayPtr Run::key_train_ids(const std::string& source, const std::string& key) {
   KeyInfo k = this->key(source, key);
   return group_index(source, k.group)->row_train_ids;
+}
+
+namespace {
+
+uint64_t value_bytes(const Value& v) {
+  switch (v.kind) {
+    case Value::Kind::String: return v.s.size() + 4;  // quotes, comma, space
+    case Value::Kind::List: {
+      uint64_t n = 2;
+      for (const Value& x : v.items) n += value_bytes(x);
+      return n;
+    }
+    default: return 8;
+  }
+}
+
+// Elements one file's dataset may have for its values to be read (a per-train string key has a
+// few thousand rows per sequence file; beyond this the key is not one libhdf5 call's worth).
+constexpr uint64_t kMaxValueElementsPerFile = 1u << 22;
+
+}  // namespace
+
+Run::KeyValues Run::key_values(const std::string& source, const std::string& key, uint64_t max_bytes) {
+  KeyInfo k = this->key(source, key);
+  auto gi = group_index(source, k.group);
+  KeyValues out;
+  out.total_rows = gi->rows;
+  uint64_t bytes = 0;
+  size_t cached_file = SIZE_MAX;
+  Value file_value;
+  for (const Block& b : gi->blocks) {
+    if (b.rows == 0) continue;
+    if (b.file != cached_file) {
+      cached_file = b.file;
+      file_value = engine_.open_file(files_[b.file].path)->read_value(k.dset_path, kMaxValueElementsPerFile);
+    }
+    const std::string where = files_[b.file].name + ":" + k.dset_path;
+    if (file_value.kind != Value::Kind::List) {
+      out.cut = where + ": not read (" + (file_value.kind == Value::Kind::String ? file_value.s : "not a list") + ")";
+      return out;
+    }
+    for (uint64_t r = b.first; r < b.first + b.rows; ++r) {
+      if (r >= file_value.items.size()) {
+        out.cut = where + ": the index names row " + std::to_string(r) + " beyond the dataset's " +
+                  std::to_string(file_value.items.size()) + " rows";
+        return out;
+      }
+      bytes += value_bytes(file_value.items[r]);
+      if (bytes > max_bytes) {
+        out.cut = "cut after " + std::to_string(out.rows.items.size()) + " of " +
+                  std::to_string(out.total_rows) + " rows: the .json holds at most " +
+                  std::to_string(max_bytes) + " bytes of values";
+        return out;
+      }
+      out.rows.items.push_back(file_value.items[r]);
+    }
+  }
+  return out;
 }
 
 Value Run::run_values(const std::string& source) {

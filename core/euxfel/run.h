@@ -179,6 +179,18 @@ class Run {
   // The train ID of every row of the key (KeyData.train_id_coordinates()).
   ArrayPtr key_train_ids(const std::string& source, const std::string& key);
 
+  // A non-array key's values (variable-length strings, ...) as EXtra-data's
+  // run[source, key].ndarray() gives them: the indexed rows of every sequence file, in train
+  // order (padding rows outside the index never appear), as a list with one item per row; at
+  // most `max_bytes` of values (strings counted by their length), `cut` saying why when not all
+  // rows are there (else empty). Reads each of the key's files' dataset (libhdf5).
+  struct KeyValues {
+    Value rows = Value::list();
+    uint64_t total_rows = 0;
+    std::string cut;
+  };
+  KeyValues key_values(const std::string& source, const std::string& key, uint64_t max_bytes);
+
   // RUN section values of a CONTROL source (SourceData.run_values()): key -> first element.
   Value run_values(const std::string& source);
   // run.json: proposal, run, format version, files, sources, trains, METADATA values, errors.

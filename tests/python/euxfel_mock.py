@@ -585,7 +585,10 @@ def build(outdir, scenario='basic', format_version='1.3', overview=False, module
                          'is_array': not k.string, 'rows': int(len(tids)),
                          'train_ids': f'k{i}_tids.npy'}
                 np.save(osp.join(exp_dir, f'k{i}_tids.npy'), tids)
-                if not k.string:
+                if k.string:   # run[source, key].ndarray() of a string key, decoded
+                    entry['values'] = [v.decode() if isinstance(v, bytes) else str(v)
+                                       for v in data.tolist()]
+                else:
                     np.save(osp.join(exp_dir, f'k{i}.npy'), data)
                     entry['data'] = f'k{i}.npy'
                     entry['dtype'] = np.dtype(k.dtype).str

@@ -61,6 +61,9 @@ def check_run_view(root, out, manifest):
         assert np.array_equal(tids, np.load(osp.join(exp, k['train_ids']))), k
         if not k['is_array']:
             assert not osp.exists(osp.join(src_dir, k['key'] + '.npy'))
+            # every file's indexed rows in train order: no padding rows, not only the first file
+            assert side['value'] == k['values'], (k, side['value'])
+            assert side['value_rows'] == k['rows'] and 'value_cut' not in side
             continue
         arr = np.load(osp.join(src_dir, k['key'] + '.npy'))
         e = np.load(osp.join(exp, k['data']))
