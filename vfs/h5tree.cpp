@@ -214,6 +214,23 @@ class GroupProvider final : public DirProvider {
       out.push_back({m.name, make_group_node(ctx_, file_, join(group_, m.name), dmeta_, fmeta_)});
       taken.insert(m.name);
     }
+    // The group's (the file's, at the root) attributes: .attrs.json, rendered at its first open
+    // (listing reads no attribute values). Its name is claimed before datasets': a dataset named
+    // ".attrs" is shown as .attrs~ds.*; a member group named ".attrs.json" keeps its name.
+    if (!taken.count(kGroupAttrsName)) {
+      taken.insert(kGroupAttrsName);
+      Engine* engine = &ctx_.engine;
+      const std::string file = file_, group = group_;
+      out.push_back({kGroupAttrsName, make_lazy_text_file(
+                                          [engine, file, group] {
+                                            auto attrs = engine->open_file(file)->attributes(group);
+                                            return json_text(group_attrs_sidecar(file, group, attrs));
+                                          },
+                                          fmeta_)});
+    } else {
+      log::warn(file_ + ":" + group_ + ": its attributes are not shown: a member group is named " +
+                kGroupAttrsName);
+    }
     // Datasets whose natural names are free claim them first; the others try NAME~ds.
     std::vector<const LinkEntry*> renamed;
     std::vector<std::pair<const LinkEntry*, std::string>> datasets;
