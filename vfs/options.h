@@ -9,8 +9,11 @@ enum class RunViewMode { Auto, Off, PerFile };
 
 struct VfsOptions {
   // EuXFEL run view (vfs/run_view.*): auto = directories recognised as runs are shown as runs,
-  // off = plain files only, per_file = every file on its own.
+  // off = plain files only, per_file = runs, and beside each run view its files on their own.
   RunViewMode run_view = RunViewMode::Auto;
+  // EXtra-data's RunDirectory(inc_suspect_trains=...), default True as there: trains flagged
+  // invalid (INDEX/flag) are kept in run views.
+  bool inc_suspect_trains = true;
   // Sequential prefetch per open file: the first window is 1 MiB + 128 KiB (the kernel's own
   // read-ahead adds 128 KiB to what the reader asked for), doubled while reads stay sequential,
   // capped at max; reset by a seek farther than seek_tolerance.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <regex>
@@ -742,6 +743,71 @@ uint64_t value_bytes(const Value& v) {
 constexpr uint64_t kMaxValueElementsPerFile = 1u << 22;
 
 }  // namespace
+
+ArrayPtr Run::train_timestamps_array() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (timestamps_) return timestamps_;
+  }
+  constexpr int64_t kNaT = INT64_MIN;  // numpy's NaT
+  std::vector<int64_t> ts(train_ids_.size(), kNaT);
+  std::vector<uint8_t> done(train_ids_.size(), 0);  // taken from a file (maybe as NaT)
+  size_t missing = ts.size();
+  for (const SequenceFile& sf : files_) {
+    if (missing == 0) break;
+    std::vector<size_t> where;  // run train index per file train, SIZE_MAX when not needed
+    bool wanted = false;
+    for (size_t i = 0; i < sf.train_ids.size(); ++i) {
+      auto it = std::lower_bound(train_ids_.begin(), train_ids_.end(), sf.train_ids[i]);
+      const bool use = it != train_ids_.end() && *it == sf.train_ids[i] &&
+                       !done[static_cast<size_t>(it - train_ids_.begin())] &&
+                       (opts_.inc_suspect_trains || sf.valid[i]);
+      where.push_back(use ? static_cast<size_t>(it - train_ids_.begin()) : SIZE_MAX);
+      wanted = wanted || use;
+    }
+    if (!wanted) continue;
+    std::vector<uint64_t> file_ts;
+    try {
+      if (!meta::try_read_u64(*engine_.open_file(sf.path), "/INDEX/timestamp", file_ts)) continue;
+    } catch (const std::exception& e) {
+      note_error(sf.name + ": INDEX/timestamp not read: " + e.what());
+      continue;
+    }
+    for (size_t i = 0; i < where.size() && i < file_ts.size(); ++i) {
+      // As EXtra-data: the first file with INDEX/timestamp holding the train gives it; a zero
+      // there is NaT (and later files are not asked).
+      if (where[i] == SIZE_MAX || done[where[i]]) continue;
+      done[where[i]] = 1;
+      if (file_ts[i] != 0) ts[where[i]] = static_cast<int64_t>(file_ts[i]);
+      --missing;
+    }
+  }
+  DType t;
+  t.typestr = "<M8[ns]";
+  t.itemsize = 8;
+  std::vector<uint8_t> bytes(ts.size() * 8);
+  if (!ts.empty()) std::memcpy(bytes.data(), ts.data(), bytes.size());  // little-endian host
+  auto a = std::make_shared<MemoryArray>(Shape{ts.size()}, t, std::move(bytes), dir_ + ": train timestamps");
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!timestamps_) timestamps_ = a;
+  return timestamps_;
+}
+
+ArrayPtr Run::train_flags_array() const {
+  std::vector<uint8_t> flags(train_ids_.size(), 0);
+  for (const SequenceFile& sf : files_) {
+    for (size_t i = 0; i < sf.train_ids.size(); ++i) {
+      auto it = std::lower_bound(train_ids_.begin(), train_ids_.end(), sf.train_ids[i]);
+      if (it != train_ids_.end() && *it == sf.train_ids[i] && sf.valid[i])
+        flags[static_cast<size_t>(it - train_ids_.begin())] = 1;
+    }
+  }
+  DType t;
+  t.typestr = "|u1";
+  t.itemsize = 1;
+  const size_t n = flags.size();
+  return std::make_shared<MemoryArray>(Shape{n}, t, std::move(flags), dir_ + ": train flags");
+}
 
 Run::KeyValues Run::key_values(const std::string& source, const std::string& key, uint64_t max_bytes) {
   KeyInfo k = this->key(source, key);
