@@ -103,8 +103,9 @@ def test_new_sequence_file_joins_without_remount(run_dir, mount):
 
     edm.write_file(_seq(run_dir, 1), _devices(), ntrains=16, firsttrain=10032, chunksize=16,
                    format_version='1.0')
-    got = _wait_for(lambda: (lambda r: r if len(r['files']) == 2 else None)(
-        _in_subprocess(READ_RUN, m.mnt)), 'the second sequence file in run.json')
+    got = _wait_for(lambda: (lambda r: r if len(r['files']) == 2 and len(r['pos']) == 48
+                             and len(r['train_ids']) == 48 else None)(
+        _in_subprocess(READ_RUN, m.mnt)), 'the second sequence file in run.json and the key')
     oracle, k = _oracle_pos(run_dir)
     assert got['train_ids'] == oracle['train_ids'].tolist() == list(range(10000, 10048))
     assert np.array_equal(np.asarray(got['pos'], 'f4'), k['data'])
@@ -152,8 +153,9 @@ def test_file_being_written_is_left_out_neighbours_readable(run_dir, mount, swmr
     os.remove(path)
     edm.write_file(path, _devices(), ntrains=16, firsttrain=10032, chunksize=16,
                    format_version='1.0')
-    got = _wait_for(lambda: (lambda r: r if len(r['files']) == 2 else None)(
-        _in_subprocess(READ_RUN, m.mnt)), 'the closed file joining the run')
+    got = _wait_for(lambda: (lambda r: r if len(r['files']) == 2 and len(r['train_ids']) == 48
+                             else None)(_in_subprocess(READ_RUN, m.mnt)),
+                    'the closed file joining the run')
     assert got['train_ids'] == list(range(10000, 10048))
     assert m.proc.poll() is None
 
@@ -207,8 +209,9 @@ def test_sequence_file_grown_in_place(run_dir, mount):
     old = np.load(key)
     assert old.shape == (32,)
     _append_trains(_seq(run_dir, 0), 8)
-    got = _wait_for(lambda: (lambda r: r if len(r['pos']) == 40 else None)(
-        _in_subprocess(READ_RUN, m.mnt)), 'the grown key')
+    # names are revalidated one by one: wait until both the key and trainId.npy show it
+    got = _wait_for(lambda: (lambda r: r if len(r['pos']) == 40 and len(r['train_ids']) == 40
+                             else None)(_in_subprocess(READ_RUN, m.mnt)), 'the grown key')
     oracle, k = _oracle_pos(run_dir)
     assert np.array_equal(np.asarray(got['pos'], 'f4'), k['data'])
     assert got['train_ids'] == oracle['train_ids'].tolist() == list(range(10000, 10040))
