@@ -10,8 +10,10 @@
 // HDF5 groups, dataset files, array files), so a provider can mix its own nodes with plain ones.
 //
 // Threading: nodes are shared between FUSE worker threads. A DirNode lists its provider once
-// (under its own mutex, never a global one); after that, its listing is immutable. File nodes
-// are immutable after construction except for lazily computed, mutex-guarded caches.
+// (under its own mutex, never a global one); after that, its listing is immutable, except that
+// a revalidated directory (DirProvider::revalidate_seconds) may replace it with a new one, which
+// readers pick up at their next access (they keep the shared_ptr they hold). File nodes are
+// immutable after construction except for lazily computed, mutex-guarded caches.
 #pragma once
 #include <sys/types.h>
 
