@@ -187,12 +187,14 @@ const std::vector<Option>& options() {
        [](const Arg& a) { a.m.fuse.push = a.flag(); }},
       {{"readahead_kb", "N", "1024 as root, else the kernel's", "kernel read-ahead of the mount in KiB (root only: refused for a user; 0: the kernel's 128)"},
        [](const Arg& a) { a.m.fuse.readahead_kb = static_cast<int>(a.uint(0, 1u << 20)); }},
-      {{"run_view", "auto|off|per_file", "auto", "the EuXFEL run view"},
+      {{"run_view", "auto|off|per_file", "auto", "the EuXFEL run view (per_file: also each file of a run on its own, beside the run view)"},
        [](const Arg& a) {
          static const vfs::RunViewMode modes[] = {vfs::RunViewMode::Auto, vfs::RunViewMode::Off,
                                                   vfs::RunViewMode::PerFile};
          a.m.vfs.run_view = modes[a.choice("auto|off|per_file")];
        }},
+      {{"inc_suspect_trains", "0|1", "1", "EuXFEL run views keep trains flagged invalid in INDEX/flag, as EXtra-data's RunDirectory(inc_suspect_trains=True)"},
+       [](const Arg& a) { a.m.vfs.inc_suspect_trains = a.flag(); }},
       {{"debug", "", "off", "log which path served each read"},
        [](const Arg& a) { a.m.debug = a.flag(); }},
       {{"log", "FILE", "syslog when daemonized, else stderr", "append the log to FILE once the mount exists"},
@@ -253,6 +255,8 @@ const std::vector<Option>& options() {
        [](const Arg& a) { a.m.fuse.attr_timeout = a.seconds(); }},
       {{"entry_timeout", "SECONDS", "86400", "how long the kernel caches names (0: looks up every time)"},
        [](const Arg& a) { a.m.fuse.entry_timeout = a.seconds(); }},
+      {{"revalidate", "SECONDS", "1", "files and runs that change while mounted: checked (stat) at most this often on lookup, and shown anew (0: never; names then cached for entry_timeout)"},
+       [](const Arg& a) { a.m.vfs.revalidate = a.seconds(); }},
       {{"kernel_cache", "", "always on", "file contents stay in the page cache across opens (accepted, always so)"},
        [](const Arg& a) { a.no_value(); }},
       {{"config", "FILE", "none", "a JSON object with these keys; -o options override it"},
@@ -408,6 +412,42 @@ void apply_config_file(MountOptions& m, const std::string& path) {
     throw ConfigError("config file " + path + " is not valid JSON: " + e.what());
   }
   apply_config_json(m, j, "config file " + path);
+}
+
+InfoOptions parse_info_command_line(const std::vector<std::string>& args) {
+  InfoOptions o;
+  std::vector<std::string> positional;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      o.help = true;
+    } else if (a == "--details" || a == "-d") {
+      o.details = true;
+    } else if (a == "--json") {
+      o.json = true;
+    } else if (a == "-o") {
+      if (i + 1 >= args.size()) throw ConfigError("-o needs an option list");
+      for (auto& item : split_option_list(args[++i])) apply_option(o.m, item);
+    } else if (!a.empty() && a[0] == '-') {
+      throw ConfigError("info: unknown argument '" + a + "'");
+    } else {
+      positional.push_back(a);
+    }
+  }
+  if (o.help) return o;
+  if (positional.size() != 1) throw ConfigError("info needs one PATH (a run directory, or a run in a mount)");
+  o.path = positional[0];
+  return o;
+}
+
+std::string info_usage_text(const std::string& program) {
+  return "usage: " + program + " info [--details] [--json] [-o OPTIONS] PATH\n"
+         "  A European XFEL run's summary, like extra-data-run-info: trains, detectors,\n"
+         "  instrument and control sources. PATH: a run directory (its sequence files are read)\n"
+         "  or a run as a mount shows it (its run.json is read).\n"
+         "  --details  every source's keys, dtypes and entry shapes, and trains with data\n"
+         "  --json     the run's run.json instead of text\n"
+         "  -o         mount options that apply: inc_suspect_trains=0|1, hdf5_helpers=N, ...\n";
 }
 
 MountOptions parse_command_line(const std::vector<std::string>& args) {

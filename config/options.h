@@ -76,4 +76,18 @@ std::vector<std::string> split_option_list(const std::string& s);
 
 std::string usage_text(const std::string& program);
 
+// `h5direct info [--details] [--json] [-o OPTIONS] PATH` (docs/euxfel.md, "Run summary"): a
+// run's summary like extra-data-run-info, from a run view of a mount (PATH/run.json) or from a
+// run directory's files. -o takes the mount options (inc_suspect_trains, hdf5_helpers, ...).
+struct InfoOptions {
+  std::string path;
+  bool details = false;  // --details: every source's keys (extra-data-run-info --details)
+  bool json = false;     // --json: run.json as the mount shows it
+  bool help = false;
+  MountOptions m;        // -o options (engine and vfs parts apply)
+};
+// The arguments after "info".
+InfoOptions parse_info_command_line(const std::vector<std::string>& args);
+std::string info_usage_text(const std::string& program);
+
 }  // namespace h5d::config

@@ -126,7 +126,14 @@ const vfs::Caller* caller_of(fuse_req_t req, vfs::Caller& c) {
 }
 
 double attr_timeout(fuse_req_t req, const vfs::Attr& a) {
-  return a.is_volatile ? 0.0 : ctx(req).opts.attr_timeout;
+  if (a.is_volatile) return 0.0;
+  const double t = ctx(req).opts.attr_timeout;
+  return a.cache_limit >= 0 ? std::min(t, a.cache_limit) : t;
+}
+
+double entry_timeout(fuse_req_t req, const vfs::Attr& a) {
+  const double t = ctx(req).opts.entry_timeout;
+  return a.cache_limit >= 0 ? std::min(t, a.cache_limit) : t;
 }
 
 // The one place a failed request becomes an errno reply: logged once (expected errors such as
@@ -175,7 +182,7 @@ fuse_entry_param entry_of(fuse_req_t req, const vfs::Attr& a) {
   e.generation = 1;
   e.attr = to_stat(a);
   e.attr_timeout = attr_timeout(req, a);
-  e.entry_timeout = ctx(req).opts.entry_timeout;
+  e.entry_timeout = entry_timeout(req, a);
   return e;
 }
 
@@ -190,7 +197,16 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
       fuse_entry_param e;
       std::memset(&e, 0, sizeof e);
       // rw mounts: names appear (created by other processes); do not cache their absence.
-      e.entry_timeout = fs(req).writable() ? 0.0 : ctx(req).opts.entry_timeout;
+      // Directories revalidated against a changing source: no longer than their listing.
+      double t = 0.0;
+      if (!fs(req).writable()) {
+        try {
+          t = entry_timeout(req, fs(req).getattr(parent));
+        } catch (const std::exception&) {
+          t = 0.0;
+        }
+      }
+      e.entry_timeout = t;
       fuse_reply_entry(req, &e);
       return;
     }
@@ -342,7 +358,8 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     vfs::Caller who;
     for (auto& e : fs(req).readdir(ino, caller_of(req, who))) h->entries.push_back(std::move(e));
     fi->fh = reinterpret_cast<uint64_t>(h.get());
-    fi->keep_cache = fs(req).writable() ? 0 : 1;  // rw: listings change
+    // rw mounts, and directories revalidated against a changing source: listings change.
+    fi->keep_cache = fs(req).writable() || fs(req).getattr(ino).cache_limit >= 0 ? 0 : 1;
     fi->cache_readdir = fi->keep_cache;
     if (fuse_reply_open(req, fi) == 0) h.release();
   });

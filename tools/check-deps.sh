@@ -29,11 +29,11 @@ for d in /usr/lib/*/hdf5/serial/plugins ${plugin_path//:/ }; do
   [ -d "$d" ] && find "$d" -name '*.so*'
 done >> "$files" 2>/dev/null || true
 /usr/bin/python3 - >> "$files" <<'PY'
-# Every module the project's Python files import (tests, benchmarks, tools, examples), as files.
+# Every module the project's Python files import (tests, benchmarks, tools, examples, python/), as files.
 import ast, importlib, os, sys
 at_start = set(sys.modules)  # what the interpreter itself loaded (site, .pth hooks): not ours
 names = set()
-for top in ('tests', 'bench', 'tools', 'docs'):
+for top in ('tests', 'bench', 'tools', 'docs', 'python'):
     for dirpath, _, fns in os.walk(top):
         for fn in fns:
             if fn.endswith('.py'):
@@ -44,7 +44,7 @@ for top in ('tests', 'bench', 'tools', 'docs'):
                         names.update(a.name.split('.')[0] for a in node.names)
                     elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                         names.add(node.module.split('.')[0])
-local = {os.path.splitext(f)[0] for top in ('tests', 'bench', 'tools', 'docs')
+local = {os.path.splitext(f)[0] for top in ('tests', 'bench', 'tools', 'docs', 'python')
          for _, _, fns in os.walk(top) for f in fns if f.endswith('.py')}
 missing = []
 for n in sorted(names - local):

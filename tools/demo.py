@@ -79,6 +79,13 @@ try:
     a = np.load(p + ".npy", mmap_mode="r")
     print(f"  {p}.npy {a.shape} {a.dtype}; train IDs in {json.load(open(p + '.json'))['train_ids']}")
     del a
+    det = osp.join(run, "SPB_DET_AGIPD1M-1")
+    info = json.load(open(osp.join(det, "detector.json")))
+    assert info.get("usable"), info
+    stacked = np.load(osp.join(det, "image.data.npy"), mmap_mode="r")
+    print(f"  detector {info['detector_class']} modules {[x['module'] for x in info['modules']]}: image.data.npy {stacked.shape} "
+          f"{stacked.dtype} (AGIPD1M(run)['image.data'].ndarray())")
+    del stacked
     print("OK")
 finally:
     subprocess.call(["fusermount3", "-u", "-z", mnt])

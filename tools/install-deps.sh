@@ -8,6 +8,7 @@ PKGS=(build-essential cmake pkg-config clang libclang-rt-14-dev
       libdeflate-dev libblosc-dev liblz4-dev libzstd-dev zlib1g-dev liblzf-dev
       nlohmann-json3-dev catch2
       python3-numpy python3-h5py python3-hdf5plugin python3-pytest python3-matplotlib python3-distributed python3-dask python3-lz4
+      python3-xarray
       hdf5-filter-plugin hdf5-filter-plugin-blosc-serial hdf5-plugin-lzf
       mount util-linux)  # mount(8), mountpoint, setpriv: test_mount_safety.py
 if [ "${1:-}" = "--list" ]; then

@@ -38,6 +38,7 @@ class ArrayFileNode final : public FileNode {
   }
   uint64_t size() const override { return header_.size() + data_size_; }
   std::unique_ptr<OpenFile> open() override;
+  ArrayPtr listed_rows(ArrayPtr a) const;
   // rw mounts with -o write_existing: in-place writes (vfs/writable.h, Writer::open_existing).
   std::unique_ptr<OpenFile> open_write(int) override {
     if (!ctx_.writer || spec_.file.empty()) fail(EROFS, spec_.what + ": read-only");
@@ -146,6 +147,27 @@ class ArrayOpenFile final : public OpenFile {
   ReadPolicy policy_;
 };
 
+// The array's source changed since this node was listed (a dataset grew: its directory is
+// listed again at the next lookup, within VfsOptions::revalidate seconds). When the new array
+// extends the listed one along its first axis (same dtype and trailing shape), this node serves
+// the rows it was listed with, from the new array; else the open fails with ESTALE.
+ArrayPtr ArrayFileNode::listed_rows(ArrayPtr a) const {
+  const Shape& now = a->shape();
+  const Shape& was = spec_.shape;
+  const bool extends = !was.empty() && now.size() == was.size() && same_dtype(a->dtype(), spec_.dtype) &&
+                       now[0] >= was[0] && std::equal(was.begin() + 1, was.end(), now.begin() + 1);
+  if (!extends) {
+    fail(ESTALE, spec_.what + ": array size changed since it was listed (" +
+                     std::to_string(a->nbytes()) + " bytes, listed " + std::to_string(data_size_) +
+                     "); look its directory up again to see the new shape");
+  }
+  log::info(spec_.what + ": grew since it was listed; this name serves its first " +
+            std::to_string(was[0]) + " rows until its directory is listed again");
+  const Shape trailing(was.begin() + 1, was.end());
+  std::vector<ConcatArray::Part> parts{{[a] { return a; }, 0, was[0], spec_.what}};
+  return std::make_shared<ConcatArray>(std::move(parts), trailing, spec_.dtype, spec_.what);
+}
+
 std::unique_ptr<OpenFile> ArrayFileNode::open() {
   if (too_big_)
     fail(EFBIG, spec_.what + ": shape x itemsize exceeds 2^63 bytes: no .npy or .raw can hold it");
@@ -153,11 +175,7 @@ std::unique_ptr<OpenFile> ArrayFileNode::open() {
   if (data_size_ > 0) {
     a = spec_.loader();
     if (!a) fail(EIO, spec_.what + ": no array");
-    if (a->nbytes() != data_size_) {
-      fail(ESTALE, spec_.what + ": array size changed since it was listed (" +
-                    std::to_string(a->nbytes()) + " bytes, listed " + std::to_string(data_size_) +
-                    "); remount to see the new shape");
-    }
+    if (a->nbytes() != data_size_) a = listed_rows(std::move(a));
   }
   // A different array than at the previous open means the source file changed and its metadata
   // was read again: the kernel must drop the pages it cached from the old contents.

@@ -13,6 +13,7 @@
 
 #include "core/engine.h"
 #include "core/error.h"
+#include "core/fd_cache.h"
 #include "core/h5file.h"
 #include "core/log.h"
 #include "vfs/npy.h"
@@ -189,9 +190,23 @@ class GroupProvider final : public DirProvider {
  public:
   GroupProvider(const TreeContext& ctx, std::string file, std::string group, NodeMeta dmeta,
                 NodeMeta fmeta)
-      : ctx_(ctx), file_(std::move(file)), group_(std::move(group)), dmeta_(dmeta), fmeta_(fmeta) {}
+      : ctx_(ctx), file_(std::move(file)), group_(std::move(group)), dmeta_(dmeta), fmeta_(fmeta) {
+    dmeta_.live = fmeta_.live = revalidate_seconds() > 0;
+  }
+
+  // A file that changed (a dataset grew, one was added) is listed again: new opens see the new
+  // shapes. rw mounts: the writer changes the files itself and keeps the listings (none).
+  double revalidate_seconds() const override { return ctx_.writer ? 0 : ctx_.opts.revalidate; }
+  bool changed() override {
+    struct stat st;
+    if (::stat(file_.c_str(), &st) != 0) return false;  // deleted: keep what was shown (ESTALE)
+    return identity_of(st) != listed_;
+  }
 
   std::vector<ChildEntry> list() override {
+    struct stat st;
+    if (::stat(file_.c_str(), &st) == 0) listed_ = identity_of(st);  // before reading: a change
+                                                                     // meanwhile is seen next time
     std::shared_ptr<H5File> f = ctx_.engine.open_file(file_);
     std::vector<LinkEntry> members = f->list_group(group_);
     // Names too long to list (FUSE takes names beyond NAME_MAX, but a directory entry must fit a
@@ -213,6 +228,23 @@ class GroupProvider final : public DirProvider {
       if (m.kind != ObjectKind::Group) continue;
       out.push_back({m.name, make_group_node(ctx_, file_, join(group_, m.name), dmeta_, fmeta_)});
       taken.insert(m.name);
+    }
+    // The group's (the file's, at the root) attributes: .attrs.json, rendered at its first open
+    // (listing reads no attribute values). Its name is claimed before datasets': a dataset named
+    // ".attrs" is shown as .attrs~ds.*; a member group named ".attrs.json" keeps its name.
+    if (!taken.count(kGroupAttrsName)) {
+      taken.insert(kGroupAttrsName);
+      Engine* engine = &ctx_.engine;
+      const std::string file = file_, group = group_;
+      out.push_back({kGroupAttrsName, make_lazy_text_file(
+                                          [engine, file, group] {
+                                            auto attrs = engine->open_file(file)->attributes(group);
+                                            return json_text(group_attrs_sidecar(file, group, attrs));
+                                          },
+                                          fmeta_)});
+    } else {
+      log::warn(file_ + ":" + group_ + ": its attributes are not shown: a member group is named " +
+                kGroupAttrsName);
     }
     // Datasets whose natural names are free claim them first; the others try NAME~ds.
     std::vector<const LinkEntry*> renamed;
@@ -252,6 +284,7 @@ class GroupProvider final : public DirProvider {
   const TreeContext& ctx_;
   std::string file_, group_;
   NodeMeta dmeta_, fmeta_;
+  FileIdentity listed_;  // the file as it was at the last list()
 };
 
 }  // namespace

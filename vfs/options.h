@@ -9,8 +9,11 @@ enum class RunViewMode { Auto, Off, PerFile };
 
 struct VfsOptions {
   // EuXFEL run view (vfs/run_view.*): auto = directories recognised as runs are shown as runs,
-  // off = plain files only, per_file = every file on its own.
+  // off = plain files only, per_file = runs, and beside each run view its files on their own.
   RunViewMode run_view = RunViewMode::Auto;
+  // EXtra-data's RunDirectory(inc_suspect_trains=...), default True as there: trains flagged
+  // invalid (INDEX/flag) are kept in run views.
+  bool inc_suspect_trains = true;
   // Sequential prefetch per open file: the first window is 1 MiB + 128 KiB (the kernel's own
   // read-ahead adds 128 KiB to what the reader asked for), doubled while reads stay sequential,
   // capped at max; reset by a seek farther than seek_tolerance.
@@ -19,6 +22,12 @@ struct VfsOptions {
   uint64_t prefetch_seek_tolerance = 1ull << 20;
   // ... and starts only once a stream has gone this far (vfs/read_policy.h says why).
   uint64_t prefetch_after = 4ull << 20;
+  // Sources that change while mounted (docs/semantics.md, "Files that change"): a directory shown
+  // for an HDF5 file or a run is checked against its source (stat calls) at most once per this
+  // many seconds when it is looked up, and listed again when it changed; the kernel keeps the
+  // names below it at most as long. 0: sources are taken as never changing (names cached for
+  // entry_timeout, listings for the mount's life).
+  double revalidate = 1.0;
   // Non-array datasets whose value has at most this many elements show it in their .json.
   uint64_t small_value_elements = 1000;
   // -o writable: new HDF5 files, groups and datasets can be created and written (vfs/writable.*).

@@ -2,12 +2,19 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstring>
 #include <map>
+#include <set>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/euxfel/detector.h"
+#include "core/euxfel/live.h"
 #include "core/euxfel/run.h"
 #include "core/log.h"
 #include "vfs/detector_view.h"
@@ -52,6 +59,7 @@ std::string relative_target(const std::string& from, const std::string& to) {
   return out;
 }
 
+// An in-memory array of the run (train IDs, flags) as a file.
 ArraySpec u64_spec(std::shared_ptr<const Array> a, const std::string& what) {
   ArraySpec spec;
   spec.shape = a->shape();
@@ -82,8 +90,6 @@ json key_sidecar(Run& run, const std::string& source, const KeyInfo& k) {
     j["npy_data_offset"] = npy_header(k.dtype, shape).size();
   } else {
     j["why_not_array"] = k.why_not_array;
-    j["value"] = k.small_value.kind == Value::Kind::Null ? json(nullptr) : to_json(k.small_value);
-    j["value_note"] = "value of the dataset in the source's first file, when small";
   }
   j["train_ids"] = std::string(kTrainIdsDir) + "/" + group_file_name(k.group);
   json attrs = json::object();
@@ -101,6 +107,253 @@ json key_sidecar(Run& run, const std::string& source, const KeyInfo& k) {
   auto gi = run.group_index(source, k.group);
   if (!gi->errors.empty()) j["index_errors"] = gi->errors;
   return j;
+}
+
+}  // namespace
+
+json run_summary_json(Run& run) {
+  json j = to_json(run.metadata());
+  j["train_ids_file"] = "trainId.npy";
+  j["timestamps_file"] = "timestamp.npy";
+  j["flags_file"] = "flag.npy";
+  json& sources = j["sources"];
+  for (const std::string& name : run.source_names()) {
+    const euxfel::Source& s = run.source(name);
+    json& sj = sources[name];
+    if (!s.alias_of().empty()) continue;  // a legacy name: the canonical source has the keys
+    json keys = json::object();
+    for (const KeyInfo& k : run.keys(name)) {
+      json kj;
+      Shape shape{k.rows};
+      shape.insert(shape.end(), k.entry_shape.begin(), k.entry_shape.end());
+      kj["shape"] = shape;
+      kj["entry_shape"] = k.entry_shape;
+      kj["dtype"] = k.is_array ? dtype_descr_json(k.dtype) : json(nullptr);
+      if (!k.is_array) kj["why_not_array"] = k.why_not_array;
+      kj["index_group"] = k.group;
+      keys[k.name] = kj;
+    }
+    sj["keys"] = keys;
+    // Trains with data, per index group (extra-data-run-info's "data for N trains ..., up to M
+    // entries per train") and for the source (any group).
+    json groups = json::object();
+    std::vector<uint8_t> any(run.train_ids().size(), 0);
+    for (const std::string& g : run.index_groups(name)) {
+      auto gi = run.group_index(name, g);
+      uint64_t with = 0, most = 0;
+      for (size_t i = 0; i < gi->counts_per_run_train.size(); ++i) {
+        const uint64_t c = gi->counts_per_run_train[i];
+        if (c) {
+          ++with;
+          if (i < any.size()) any[i] = 1;
+        }
+        most = std::max(most, c);
+      }
+      groups[g.empty() ? std::string("control") : g] = {
+          {"trains_with_data", with}, {"max_entries_per_train", most}, {"rows", gi->rows}};
+    }
+    sj["index_groups"] = groups;
+    sj["train_count"] = std::count(any.begin(), any.end(), uint8_t{1});
+  }
+  return j;
+}
+
+namespace {
+
+// numpy's name of a dtype descr as extra-data-run-info prints it ("float32", "|S8"; structured
+// types as their descr).
+std::string numpy_name(const json& descr) {
+  if (!descr.is_string()) return descr.is_null() ? "object" : descr.dump();
+  const std::string d = descr.get<std::string>();
+  if (d.size() < 3) return d;
+  const char kind = d[1];
+  const std::string bytes = d.substr(2);
+  int bits = 0;
+  try {
+    bits = std::stoi(bytes) * 8;
+  } catch (const std::exception&) {
+    return d;
+  }
+  switch (kind) {
+    case 'f': return "float" + std::to_string(bits);
+    case 'i': return "int" + std::to_string(bits);
+    case 'u': return "uint" + std::to_string(bits);
+    case 'c': return "complex" + std::to_string(bits);
+    case 'b': return "bool";
+    default: return d.substr(1);  // S8, V16, M8[ns]
+  }
+}
+
+// A Python tuple as repr() prints it: (1000,), (2, 3).
+std::string py_tuple(const json& shape) {
+  std::string out = "(";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i].get<uint64_t>());
+  return out + (shape.size() == 1 ? ",)" : ")");
+}
+
+std::string percent(uint64_t n, uint64_t total) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f%%", total ? 100.0 * double(n) / double(total) : 0.0);
+  return buf;
+}
+
+// EXtra-data's DETECTOR_SOURCE_RE, (.+/(?:DET|CORR))/(\d+)CH: det = ".../DET" or ".../CORR".
+bool xtdf_module(const std::string& s, std::string& det, std::string& modno) {
+  for (size_t p = s.size(); p-- > 0;) {  // (.+) is greedy: the last match
+    if (s[p] != '/' || p == 0) continue;
+    for (const char* sect : {"/DET/", "/CORR/"}) {
+      const size_t n = std::strlen(sect);
+      if (s.compare(p, n, sect) != 0) continue;
+      size_t e = p + n;
+      while (e < s.size() && std::isdigit(static_cast<unsigned char>(s[e]))) ++e;
+      if (e == p + n || s.compare(e, 2, "CH") != 0) continue;
+      det = s.substr(0, p + n - 1);
+      modno = s.substr(p + n, e - p - n);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string run_info_text(const json& j, bool details) {
+  std::ostringstream o;
+  const uint64_t n = j.value("train_count", uint64_t{0});
+  o << "# of trains:    " << n << "\n";
+  if (n == 0 || j["first_train"].is_null()) {
+    o << "Duration:       0.0\nFirst train ID: -\nLast train ID:  -\n\n";
+  } else {
+    const uint64_t first = j["first_train"].get<uint64_t>(), last = j["last_train"].get<uint64_t>();
+    const uint64_t span = last - first + 1, secs = span / 10;
+    char dur[64];
+    std::snprintf(dur, sizeof dur, "%llu:%02llu:%02llu.%llu", (unsigned long long)(secs / 3600),
+                  (unsigned long long)(secs / 60 % 60), (unsigned long long)(secs % 60),
+                  (unsigned long long)(span % 10));
+    o << "Duration:       " << dur << "\nFirst train ID: " << first << "\nLast train ID:  " << last << "\n\n";
+  }
+  const json& sources = j["sources"];
+  std::set<std::string> legacy, xtdf, instrument, control;
+  std::map<std::string, std::map<std::string, std::string>> detectors;  // name -> modno -> source
+  for (const auto& [name, s] : sources.items()) {
+    if (s.contains("legacy_name_of")) {
+      legacy.insert(name);
+      continue;
+    }
+    if (s.value("section", "") == "CONTROL") {
+      control.insert(name);
+      continue;
+    }
+    std::string det, modno;
+    if (xtdf_module(name, det, modno)) {
+      xtdf.insert(name);
+      detectors[det][modno] = name;
+    } else {
+      instrument.insert(name);
+    }
+  }
+  if (!details) {
+    for (const auto& [det, mods] : detectors) {
+      o << mods.size() << " XTDF detector modules of " << det << "/*\n";
+      const auto& [modno, src] = *mods.begin();
+      const json& s = sources[src];
+      const json keys = s.value("keys", json::object());
+      if (keys.contains("image.data")) {
+        const json& es = keys["image.data"]["entry_shape"];
+        std::string dims;
+        for (size_t i = es.size() >= 2 ? es.size() - 2 : 0; i < es.size(); ++i)
+          dims += (dims.empty() ? "" : " x ") + std::to_string(es[i].get<uint64_t>());
+        o << "  e.g. module " << det << " " << modno << " : " << dims << " pixels\n";
+      }
+      o << "  " << src << "\n";
+      const json groups = s.value("index_groups", json::object());
+      if (groups.contains("image")) {
+        const uint64_t fpt = groups["image"]["max_entries_per_train"].get<uint64_t>();
+        o << "  " << fpt << " frames per train, up to " << fpt * n << " frames total\n";
+      }
+      o << "\n";
+    }
+  }
+  auto key_lines = [&](const json& keys, const std::string& group, const std::string& prefix) {
+    for (const auto& [k, kj] : keys.items()) {
+      if (!group.empty() && k.substr(0, k.find('.')) != group) continue;
+      o << prefix << k << "\t[" << (kj["dtype"].is_null() ? std::string("string") : numpy_name(kj["dtype"]));
+      if (!kj["entry_shape"].empty()) o << ", entry shape " << py_tuple(kj["entry_shape"]);
+      o << "]\n";
+    }
+  };
+  std::set<std::string> inst = instrument;
+  if (details) inst.insert(xtdf.begin(), xtdf.end());
+  o << inst.size() << (details ? " instrument sources:\n" : " instrument sources (excluding XTDF detectors):\n");
+  for (const std::string& name : inst) {
+    o << "  - " << name << "\n";
+    if (!details) continue;
+    const json& s = sources[name];
+    const json keys = s.value("keys", json::object());
+    const json groups = s.value("index_groups", json::object());
+    for (const auto& [g, gj] : groups.items()) {
+      o << "    - " << g << ":\n";
+      const uint64_t with = gj["trains_with_data"].get<uint64_t>();
+      o << "      data for " << with << " trains (" << percent(with, n) << "), up to "
+        << gj["max_entries_per_train"].get<uint64_t>() << " entries per train\n";
+      key_lines(keys, g, "      - ");
+    }
+  }
+  o << "\n" << control.size() << " control sources:\n";
+  for (const std::string& name : control) {
+    o << "  - " << name << "\n";
+    if (!details) continue;
+    o << "    - Control keys (1 entry per train):\n";
+    json keys = json::object();
+    const json all = sources[name].value("keys", json::object());
+    for (const auto& [k, kj] : all.items()) {
+      const std::string v = ".value";
+      if (k.size() > v.size() && k.compare(k.size() - v.size(), v.size(), v) == 0)
+        keys[k.substr(0, k.size() - v.size())] = kj;  // keys(inc_timestamps=False)
+    }
+    key_lines(keys, "", "      - ");
+  }
+  o << "\n";
+  if (!legacy.empty()) {
+    // Detector modules' legacy names condensed per detector, as EXtra-data prints them.
+    o << legacy.size() << " legacy source names:\n";
+    std::map<std::string, std::pair<std::string, size_t>> det_legacy;  // det -> canonical det, count
+    for (const std::string& name : legacy) {
+      const std::string target = sources[name]["legacy_name_of"].get<std::string>();
+      std::string det, modno, cdet, cmod;
+      if (xtdf_module(name, det, modno)) {
+        auto& e = det_legacy[det];
+        if (e.first.empty()) e.first = xtdf_module(target, cdet, cmod) ? cdet : target;
+        ++e.second;
+        continue;
+      }
+      o << " - " << name << " -> " << target << "\n";
+    }
+    for (const auto& [det, e] : det_legacy)
+      o << " - " << det << "/* -> " << e.first << "/* (" << e.second << ")\n";
+    o << "\n";
+  }
+  return o.str();
+}
+
+namespace {
+
+// A .json holds at most this many bytes of a non-array key's values: it is read whole (json.load)
+// and rendered in memory; 1 MiB holds some 50000 short per-train strings, hours of a run.
+constexpr uint64_t kMaxValueBytes = 1u << 20;
+
+// value: the rows EXtra-data's run[source, key].ndarray() gives for a non-array key (strings).
+void add_key_values(json& j, Run& run, const std::string& source, const std::string& key) {
+  try {
+    Run::KeyValues v = run.key_values(source, key, kMaxValueBytes);
+    j["value"] = to_json(v.rows);
+    j["value_rows"] = v.rows.items.size();
+    j["value_note"] = "run[source, key].ndarray(): the indexed rows of every sequence file, in train order";
+    if (!v.cut.empty()) j["value_cut"] = v.cut;
+  } catch (const std::exception& e) {
+    j["value"] = nullptr;
+    j["value_cut"] = std::string("values not read: ") + e.what();
+  }
 }
 
 // The directory of one source: its keys, .train_ids/, .run_values.json, plus sub-directories
@@ -121,7 +374,7 @@ class SourceDirProvider final : public DirProvider {
     for (const KeyInfo& k : keys) {
       if (!groups.count(k.group)) groups[k.group] = run->group_index(source, k.group);
       json side = key_sidecar(*run, source, k);
-      std::string text = json_text(side);
+      std::string text = k.is_array ? json_text(side) : std::string();
       if (k.is_array) {
         ArraySpec spec;
         spec.shape = Shape{k.rows};
@@ -134,7 +387,20 @@ class SourceDirProvider final : public DirProvider {
         out.push_back({k.name + ".npy", make_array_file(ctx_, ArrayFormat::Npy, spec, fmeta_)});
         out.push_back({k.name + ".raw", make_array_file(ctx_, ArrayFormat::Raw, std::move(spec), fmeta_)});
       }
-      out.push_back({k.name + ".json", make_text_file([text] { return text; }, fmeta_)});
+      if (k.is_array) {
+        out.push_back({k.name + ".json", make_text_file([text] { return text; }, fmeta_)});
+        continue;
+      }
+      // Non-arrays: the values of every row, read when the .json is first opened (listing
+      // reads no values).
+      const std::string key = k.name;
+      out.push_back({k.name + ".json", make_lazy_text_file(
+                                           [run, source, key, side] {
+                                             json j = side;
+                                             add_key_values(j, *run, source, key);
+                                             return json_text(j);
+                                           },
+                                           fmeta_)});
     }
     std::vector<ChildEntry> tid_files;
     for (const auto& [g, gi] : groups) {
@@ -177,12 +443,29 @@ class RunDirProvider final : public DirProvider {
  public:
   RunDirProvider(const TreeContext& ctx, std::string path, const struct stat& st, DirChainPtr up)
       : ctx_(ctx), path_(std::move(path)), dmeta_(source_meta(path_, st, MetaRule::Dir)),
-        fmeta_(source_meta(path_, st, MetaRule::File)), chain_(chain_with(std::move(up), st)) {}
+        fmeta_(source_meta(path_, st, MetaRule::File)), chain_(chain_with(std::move(up), st)) {
+    dmeta_.live = fmeta_.live = revalidate_seconds() > 0;
+  }
+
+  // Runs being written: a sequence file added, or one that changed or was closed by its writer,
+  // makes the run be opened and listed again (docs/euxfel.md, "Runs being written").
+  double revalidate_seconds() const override { return ctx_.opts.revalidate; }
+  bool changed() override {
+    euxfel::RunDirState now = euxfel::RunDirState::take(path_, &state_);
+    if (now == state_) return false;
+    log::info("run view: " + path_ + ": changed on disk; the run is read again");
+    state_ = std::move(now);
+    return true;
+  }
 
   std::vector<ChildEntry> list() override {
+    // Before the run is read: a change meanwhile is seen at the next check.
+    state_ = euxfel::RunDirState::take(path_, &state_);
     std::shared_ptr<Run> run;
     try {
-      run = Run::open(ctx_.engine, path_);
+      euxfel::RunOptions ro;
+      ro.inc_suspect_trains = ctx_.opts.inc_suspect_trains;
+      run = Run::open(ctx_.engine, path_, ro);
     } catch (const std::exception& e) {
       log::warn("run view: " + path_ + ": not shown as a run: " + e.what());
       return make_plain_dir_provider(ctx_, path_, chain_)->list();
@@ -209,9 +492,10 @@ class RunDirProvider final : public DirProvider {
       dj["modules"] = mods;
       dets[name] = dj;
     }
-    out.push_back({"run.json", make_text_file(
+    // Rendered at its first open: the keys of every source (one file's tree each).
+    out.push_back({"run.json", make_lazy_text_file(
                                    [run, dets] {
-                                     json j = to_json(run->metadata());
+                                     json j = run_summary_json(*run);
                                      j["detectors"] = dets;
                                      return json_text(j);
                                    },
@@ -220,6 +504,21 @@ class RunDirProvider final : public DirProvider {
                                                   u64_spec(run->train_ids_array(),
                                                            path_ + ": run train IDs"),
                                                   fmeta_)});
+    out.push_back({"flag.npy", make_array_file(ctx_, ArrayFormat::Npy,
+                                               u64_spec(run->train_flags_array(),
+                                                        path_ + ": run train flags"),
+                                               fmeta_)});
+    {
+      // INDEX/timestamp of every file is read when timestamp.npy is first opened.
+      ArraySpec ts;
+      ts.shape = Shape{run->train_ids().size()};
+      ts.dtype.typestr = "<M8[ns]";
+      ts.dtype.itemsize = 8;
+      ts.what = path_ + ": run train timestamps";
+      ts.read_path = "memory";
+      ts.loader = [run] { return run->train_timestamps_array(); };
+      out.push_back({"timestamp.npy", make_array_file(ctx_, ArrayFormat::Npy, std::move(ts), fmeta_)});
+    }
     SourceTrie root;
     for (const std::string& name : run->source_names()) {
       SourceTrie* t = &root;
@@ -239,6 +538,11 @@ class RunDirProvider final : public DirProvider {
         continue;
       }
       if (NodePtr n = build(run, t)) out.push_back({name, n});
+    }
+    if (ctx_.opts.run_view == RunViewMode::PerFile) {
+      // Beside the run view: every file of the directory in its own plain view (sequence files
+      // end in .h5; source names' first components never do).
+      for (ChildEntry& c : make_plain_dir_provider(ctx_, path_, chain_)->list()) out.push_back(std::move(c));
     }
     return out;
   }
@@ -265,12 +569,13 @@ class RunDirProvider final : public DirProvider {
   NodeMeta dmeta_, fmeta_;
   DirChainPtr chain_;
   std::map<std::string, euxfel::DetectorSources> detectors_;  // by name, filled by list()
+  euxfel::RunDirState state_;  // the directory as it was at the last list() or check
 };
 
 }  // namespace
 
 ProviderFactory make_run_view_factory(const VfsOptions& opts) {
-  if (opts.run_view != RunViewMode::Auto) return {};
+  if (opts.run_view == RunViewMode::Off) return {};
   return [](const ProviderRequest& req) -> std::unique_ptr<DirProvider> {
     if (req.kind != SourceKind::Directory) return nullptr;
     // Names only: nothing is opened until the directory is looked up or listed.

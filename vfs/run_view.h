@@ -18,11 +18,28 @@
 // Nothing is opened at mount time: the run's files are opened when the run directory is first
 // looked up or listed; a source's keys and INDEX when that source's directory is listed.
 #pragma once
+#include <string>
+
+#include <nlohmann/json.hpp>
+
 #include "vfs/tree.h"
+
+namespace h5d::euxfel {
+class Run;
+}
 
 namespace h5d::vfs {
 
-// The factory for Vfs::add_provider_factory; empty when opts.run_view is Off or PerFile.
+// The factory for Vfs::add_provider_factory; empty when opts.run_view is Off. PerFile: every file
+// of a run directory is also shown in its plain per-file view, beside the run view.
 ProviderFactory make_run_view_factory(const VfsOptions& opts);
+
+// run.json (docs/euxfel.md): Run::metadata() plus every source's keys (shape, entry shape,
+// dtype, index group), trains with data per index group and per source, and the names of the
+// train ID / timestamp / flag files. Reads every source's key list (one file each).
+nlohmann::json run_summary_json(euxfel::Run& run);
+// extra-data-run-info's text (EXtra-data's DataCollection.info()) from a run_summary_json();
+// `details`: also every source's keys.
+std::string run_info_text(const nlohmann::json& summary, bool details);
 
 }  // namespace h5d::vfs

@@ -160,6 +160,27 @@ json dtype_descr_json(const DType& t) {
   return out;
 }
 
+namespace {
+
+json attrs_json(const std::vector<std::pair<std::string, Value>>& attrs) {
+  json out = json::object();
+  for (const auto& [k, v] : attrs) out[k] = to_json(v);
+  return out;
+}
+
+}  // namespace
+
+json group_attrs_sidecar(const std::string& file, const std::string& group,
+                         const std::vector<std::pair<std::string, Value>>& attrs) {
+  json j;
+  j["sidecar_version"] = kSidecarVersion;
+  j["file"] = file;
+  j["path"] = group;
+  j["kind"] = group == "/" ? "file" : "group";
+  j["attrs"] = attrs_json(attrs);
+  return j;
+}
+
 json dataset_sidecar(const DatasetInfo& info, uint64_t npy_data_offset) {
   json j;
   j["sidecar_version"] = kSidecarVersion;
@@ -201,9 +222,7 @@ json dataset_sidecar(const DatasetInfo& info, uint64_t npy_data_offset) {
   j["fill_value"] = fill;
   j["fill_value_defined"] = info.fill_value_defined;
   j["fill_value_hex"] = hex(info.fill_value);
-  json attrs = json::object();
-  for (const auto& [k, v] : info.attrs) attrs[k] = to_json(v);
-  j["attrs"] = attrs;
+  j["attrs"] = attrs_json(info.attrs);
   const std::string lib = "library";
   const bool fallback = info.read_path.compare(0, lib.size(), lib) == 0;
   j["read_path"] = info.read_path.empty() ? "direct" : info.read_path;

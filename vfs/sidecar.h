@@ -17,6 +17,12 @@ nlohmann::json to_json(const Value& v);
 nlohmann::json dtype_descr_json(const DType& t);
 // The sidecar of a dataset; npy_data_offset is the size of the .npy header (0 when not an array).
 nlohmann::json dataset_sidecar(const DatasetInfo& info, uint64_t npy_data_offset);
+// The attributes file of a group (or, for "/", of the file): kGroupAttrsName in the group's
+// directory (docs/sidecar.md, "Attributes of groups and files"). `attrs` follow the rules of a
+// dataset sidecar's attrs.
+inline constexpr const char* kGroupAttrsName = ".attrs.json";
+nlohmann::json group_attrs_sidecar(const std::string& file, const std::string& group,
+                                   const std::vector<std::pair<std::string, Value>>& attrs);
 // The text of a JSON file the mount shows (indented, newline-terminated). Names that are not
 // UTF-8 (HDF5 allows any bytes) have their invalid bytes replaced by U+FFFD instead of failing.
 std::string json_text(const nlohmann::json& j);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 
@@ -133,17 +134,61 @@ bool valid_name(const std::string& n) {
 
 }  // namespace
 
+namespace {
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
 std::shared_ptr<const DirNode::Listing> DirNode::listing(InodeTable& table) {
+  int64_t interval_ns = interval_ns_.load(std::memory_order_acquire);
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (listing_) return listing_;
+    if (listing_ && (interval_ns <= 0 || steady_ns() - checked_ns_ < interval_ns)) return listing_;
   }
-  std::lock_guard<std::mutex> list_lk(list_mu_);
+  std::unique_lock<std::mutex> list_lk(list_mu_, std::defer_lock);
+  std::shared_ptr<const Listing> current;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (listing_) return listing_;  // listed by another thread meanwhile
+    current = listing_;
   }
-  std::vector<ChildEntry> raw = provider_ ? provider_->list() : std::vector<ChildEntry>{};
+  if (current) {
+    // A check is due: one thread makes it, the others go on with the listing they have.
+    if (!list_lk.try_lock()) return current;
+  } else {
+    list_lk.lock();
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (listing_ != current) return listing_;  // listed by another thread meanwhile
+    if (listing_ && (interval_ns <= 0 || steady_ns() - checked_ns_ < interval_ns)) return listing_;  // just checked
+  }
+  std::vector<ChildEntry> raw;
+  if (current) {
+    bool changed = false;
+    try {
+      changed = provider_->changed();
+    } catch (const std::exception& e) {
+      log::warn(std::string("checking a directory's source for changes: ") + e.what());
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      checked_ns_ = steady_ns();
+    }
+    if (!changed) return current;
+    try {
+      raw = provider_->list();
+    } catch (const std::exception& e) {
+      log::warn(std::string("listing a changed directory again failed; it keeps its listing: ") + e.what());
+      return current;
+    }
+  } else {
+    raw = provider_ ? provider_->list() : std::vector<ChildEntry>{};
+  }
   auto l = std::make_shared<Listing>();
   l->entries.reserve(raw.size());
   for (auto& c : raw) {
@@ -164,9 +209,14 @@ std::shared_ptr<const DirNode::Listing> DirNode::listing(InodeTable& table) {
     l->index[l->entries[i].name] = i;
     table.add(l->entries[i].node);
   }
-  provider_.reset();  // the listing is final; release what the provider held
+  if (!current && provider_) {
+    interval_ns = static_cast<int64_t>(provider_->revalidate_seconds() * 1e9);
+    interval_ns_.store(interval_ns, std::memory_order_release);
+  }
+  if (interval_ns <= 0) provider_.reset();  // the listing is final; release what the provider held
   std::lock_guard<std::mutex> lk(mu_);
   listing_ = std::move(l);
+  checked_ns_ = steady_ns();
   return listing_;
 }
 

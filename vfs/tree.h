@@ -10,8 +10,10 @@
 // HDF5 groups, dataset files, array files), so a provider can mix its own nodes with plain ones.
 //
 // Threading: nodes are shared between FUSE worker threads. A DirNode lists its provider once
-// (under its own mutex, never a global one); after that, its listing is immutable. File nodes
-// are immutable after construction except for lazily computed, mutex-guarded caches.
+// (under its own mutex, never a global one); after that, its listing is immutable, except that
+// a revalidated directory (DirProvider::revalidate_seconds) may replace it with a new one, which
+// readers pick up at their next access (they keep the shared_ptr they hold). File nodes are
+// immutable after construction except for lazily computed, mutex-guarded caches.
 #pragma once
 #include <sys/types.h>
 
@@ -66,6 +68,10 @@ struct NodeMeta {
   // Other files the node's bytes come from (the file behind an external link, VDS sources;
   // resolved): the requesting user must be able to read each of them too.
   std::shared_ptr<const std::vector<std::string>> also;
+  // Shown from a source that may change while mounted (an HDF5 file, a run directory): the
+  // kernel keeps its name at most VfsOptions::revalidate seconds, so that a node replaced by a
+  // new listing (vfs/tree.h, DirProvider::changed) is looked up again.
+  bool live = false;
 };
 
 // Meta of a file shown for a source file (its r bits), of a directory shown for a source file
@@ -202,13 +208,24 @@ struct ChildEntry {
 };
 
 // Lists the children of one directory. list() is called on the first lookup or readdir of the
-// directory (never at mount time) and its result is kept for the mount's life; when it throws
-// (h5d::Error), the access fails and the next access calls it again. Names must not be empty,
-// ".", ".." or contain '/'; duplicates are dropped (the first wins) with a warning.
+// directory (never at mount time) and its result is kept; when it throws (h5d::Error), the
+// access fails and the next access calls it again. Names must not be empty, ".", ".." or contain
+// '/'; duplicates are dropped (the first wins) with a warning.
+//
+// Sources that change while mounted (runs being written, datasets that grow): a provider whose
+// revalidate_seconds() is > 0 is kept after the first listing, and a lookup or listing of its
+// directory asks changed() at most once per that many seconds (one thread asks; the others use
+// the listing they have). When it says true, list() is called again and its result replaces the
+// listing: new nodes, new inode numbers, so the kernel drops what it cached of the old ones (their
+// names are cached at most that long: NodeMeta::live), while files already open keep their old
+// nodes and arrays. When that list() throws, the previous listing stays (logged).
 class DirProvider {
  public:
   virtual ~DirProvider() = default;
   virtual std::vector<ChildEntry> list() = 0;
+  virtual double revalidate_seconds() const { return 0; }
+  // Cheap (a few stat calls): whether the source changed since the last list().
+  virtual bool changed() { return false; }
 };
 
 class InodeTable;
@@ -224,6 +241,9 @@ class DirNode final : public Node {
  public:
   DirNode(NodeMeta meta, std::unique_ptr<DirProvider> provider)
       : Node(NodeKind::Directory, meta), provider_(std::move(provider)) {}
+  // > 0: the listing is checked against its source at most once per this many seconds (known
+  // once listed; 0 before).
+  double revalidate_seconds() const { return interval_ns_.load(std::memory_order_acquire) * 1e-9; }
 
   struct Listing {
     std::vector<ChildEntry> entries;  // sorted by name
@@ -245,6 +265,8 @@ class DirNode final : public Node {
   std::mutex mu_;       // guards listing_
   std::unique_ptr<DirProvider> provider_;  // guarded by list_mu_
   std::shared_ptr<const Listing> listing_;
+  std::atomic<int64_t> interval_ns_{0};  // the provider's revalidate_seconds(), set at first listing
+  int64_t checked_ns_ = 0;  // guarded by mu_: steady clock of the last listing or check
   WriteTarget target_;
 };
 

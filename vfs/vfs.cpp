@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -31,11 +32,12 @@ class RootProvider final : public DirProvider {
       : ctx_(ctx), path_(std::move(path)), st_(st), control_(std::move(control)) {}
 
   std::vector<ChildEntry> list() override {
-    std::unique_ptr<DirProvider> inner = S_ISDIR(st_.st_mode)
-                                             ? make_source_dir_provider(ctx_, path_, st_)
-                                             : make_hdf5_file_provider(ctx_, path_, st_);
+    if (!inner_) {
+      inner_ = S_ISDIR(st_.st_mode) ? make_source_dir_provider(ctx_, path_, st_)
+                                    : make_hdf5_file_provider(ctx_, path_, st_);
+    }
     std::vector<ChildEntry> out;
-    for (auto& c : inner->list()) {
+    for (auto& c : inner_->list()) {
       if (c.name == Vfs::kControlDir) {
         log::warn(path_ + ": '" + c.name + "' is hidden by h5direct's control directory");
         continue;
@@ -45,12 +47,16 @@ class RootProvider final : public DirProvider {
     out.push_back({Vfs::kControlDir, control_});
     return out;
   }
+  // A run or an HDF5 file as the mount's source changes like one below it.
+  double revalidate_seconds() const override { return inner_ ? inner_->revalidate_seconds() : 0; }
+  bool changed() override { return inner_ && inner_->changed(); }
 
  private:
   const TreeContext& ctx_;
   std::string path_;
   struct stat st_;
   NodePtr control_;
+  std::unique_ptr<DirProvider> inner_;  // made at the first listing (factories are set by then)
 };
 
 const auto g_start = std::chrono::steady_clock::now();
@@ -130,6 +136,11 @@ Attr Vfs::attr_of(const Node& n) {
   }
   a.size = n.size();
   const VfsOptions& o = ctx_->opts;
+  if (n.meta().live && o.revalidate > 0) a.cache_limit = o.revalidate;
+  if (n.kind() == NodeKind::Directory) {
+    const double r = static_cast<const DirNode&>(n).revalidate_seconds();
+    if (r > 0) a.cache_limit = a.cache_limit < 0 ? r : std::min(a.cache_limit, r);
+  }
   if (o.show_uid >= 0) a.uid = static_cast<uid_t>(o.show_uid);
   if (o.show_gid >= 0) a.gid = static_cast<gid_t>(o.show_gid);
   if (o.umask >= 0 && n.kind() != NodeKind::Symlink) {

@@ -35,6 +35,10 @@ struct Attr {
   timespec mtime{};
   timespec ctime{};
   bool is_volatile = false;  // do not cache (size and content change)
+  // >= 0: shown from a source that may change (NodeMeta::live, or a directory whose listing is
+  // revalidated): the kernel may keep its name (and, for a directory, its listing) at most this
+  // many seconds. -1: no limit beyond the mount's timeouts.
+  double cache_limit = -1;
 };
 
 struct DirEntry {

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <regex>
 #include <set>
@@ -14,6 +16,7 @@
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/euxfel/h5meta.h"
+#include "core/euxfel/live.h"
 #include "core/h5file.h"
 #include "core/log.h"
 
@@ -240,6 +243,7 @@ std::shared_ptr<Run> Run::open(Engine& engine, const std::string& dir, RunOption
     paths.push_back(run->overview_);
   } else {
     for (const std::string& n : h5_files_in(dir, true)) paths.push_back(join(dir, n));
+    run->leave_out_files_being_written(paths);
   }
   // libhdf5 reads each file's metadata under the HDF5 lock, one file at a time: ask the kernel
   // to read the start of every file ahead now (in parallel, without waiting), so that a cold
@@ -254,6 +258,23 @@ std::shared_ptr<Run> Run::open(Engine& engine, const std::string& dir, RunOption
   if (run->files_.empty()) fail(ENOENT, dir + ": no readable EuXFEL data files");
   run->build_sources();
   return run;
+}
+
+// A file a libhdf5 writer has open (latest format: superblock flags) is left out with one log
+// line and an entry in errors(): libhdf5 would refuse it, and its metadata may be incomplete.
+void Run::leave_out_files_being_written(std::vector<std::string>& paths) {
+  std::vector<std::string> kept;
+  for (std::string& p : paths) {
+    if (!open_for_writing(p)) {
+      kept.push_back(std::move(p));
+      continue;
+    }
+    note_left_out_while_written(p);  // logged once, not at every listing of the run
+    std::lock_guard<std::mutex> lk(mu_);
+    errors_.push_back("left out " + p.substr(p.find_last_of('/') + 1) +
+               ": being written (libhdf5 has it open for writing); it joins the run once closed");
+  }
+  paths = std::move(kept);
 }
 
 constexpr size_t kProgressFiles = 100;
@@ -701,6 +722,129 @@ ArrayPtr Run::key_array(const std::string& source, const std::string& key) {
 ArrayPtr Run::key_train_ids(const std::string& source, const std::string& key) {
   KeyInfo k = this->key(source, key);
   return group_index(source, k.group)->row_train_ids;
+}
+
+namespace {
+
+uint64_t value_bytes(const Value& v) {
+  switch (v.kind) {
+    case Value::Kind::String: return v.s.size() + 4;  // quotes, comma, space
+    case Value::Kind::List: {
+      uint64_t n = 2;
+      for (const Value& x : v.items) n += value_bytes(x);
+      return n;
+    }
+    default: return 8;
+  }
+}
+
+// Elements one file's dataset may have for its values to be read (a per-train string key has a
+// few thousand rows per sequence file; beyond this the key is not one libhdf5 call's worth).
+constexpr uint64_t kMaxValueElementsPerFile = 1u << 22;
+
+}  // namespace
+
+ArrayPtr Run::train_timestamps_array() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (timestamps_) return timestamps_;
+  }
+  constexpr int64_t kNaT = INT64_MIN;  // numpy's NaT
+  std::vector<int64_t> ts(train_ids_.size(), kNaT);
+  std::vector<uint8_t> done(train_ids_.size(), 0);  // taken from a file (maybe as NaT)
+  size_t missing = ts.size();
+  for (const SequenceFile& sf : files_) {
+    if (missing == 0) break;
+    std::vector<size_t> where;  // run train index per file train, SIZE_MAX when not needed
+    bool wanted = false;
+    for (size_t i = 0; i < sf.train_ids.size(); ++i) {
+      auto it = std::lower_bound(train_ids_.begin(), train_ids_.end(), sf.train_ids[i]);
+      const bool use = it != train_ids_.end() && *it == sf.train_ids[i] &&
+                       !done[static_cast<size_t>(it - train_ids_.begin())] &&
+                       (opts_.inc_suspect_trains || sf.valid[i]);
+      where.push_back(use ? static_cast<size_t>(it - train_ids_.begin()) : SIZE_MAX);
+      wanted = wanted || use;
+    }
+    if (!wanted) continue;
+    std::vector<uint64_t> file_ts;
+    try {
+      if (!meta::try_read_u64(*engine_.open_file(sf.path), "/INDEX/timestamp", file_ts)) continue;
+    } catch (const std::exception& e) {
+      note_error(sf.name + ": INDEX/timestamp not read: " + e.what());
+      continue;
+    }
+    for (size_t i = 0; i < where.size() && i < file_ts.size(); ++i) {
+      // As EXtra-data: the first file with INDEX/timestamp holding the train gives it; a zero
+      // there is NaT (and later files are not asked).
+      if (where[i] == SIZE_MAX || done[where[i]]) continue;
+      done[where[i]] = 1;
+      if (file_ts[i] != 0) ts[where[i]] = static_cast<int64_t>(file_ts[i]);
+      --missing;
+    }
+  }
+  DType t;
+  t.typestr = "<M8[ns]";
+  t.itemsize = 8;
+  std::vector<uint8_t> bytes(ts.size() * 8);
+  if (!ts.empty()) std::memcpy(bytes.data(), ts.data(), bytes.size());  // little-endian host
+  auto a = std::make_shared<MemoryArray>(Shape{ts.size()}, t, std::move(bytes), dir_ + ": train timestamps");
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!timestamps_) timestamps_ = a;
+  return timestamps_;
+}
+
+ArrayPtr Run::train_flags_array() const {
+  std::vector<uint8_t> flags(train_ids_.size(), 0);
+  for (const SequenceFile& sf : files_) {
+    for (size_t i = 0; i < sf.train_ids.size(); ++i) {
+      auto it = std::lower_bound(train_ids_.begin(), train_ids_.end(), sf.train_ids[i]);
+      if (it != train_ids_.end() && *it == sf.train_ids[i] && sf.valid[i])
+        flags[static_cast<size_t>(it - train_ids_.begin())] = 1;
+    }
+  }
+  DType t;
+  t.typestr = "|u1";
+  t.itemsize = 1;
+  const size_t n = flags.size();
+  return std::make_shared<MemoryArray>(Shape{n}, t, std::move(flags), dir_ + ": train flags");
+}
+
+Run::KeyValues Run::key_values(const std::string& source, const std::string& key, uint64_t max_bytes) {
+  KeyInfo k = this->key(source, key);
+  auto gi = group_index(source, k.group);
+  KeyValues out;
+  out.total_rows = gi->rows;
+  uint64_t bytes = 0;
+  size_t cached_file = SIZE_MAX;
+  Value file_value;
+  for (const Block& b : gi->blocks) {
+    if (b.rows == 0) continue;
+    if (b.file != cached_file) {
+      cached_file = b.file;
+      file_value = engine_.open_file(files_[b.file].path)->read_value(k.dset_path, kMaxValueElementsPerFile);
+    }
+    const std::string where = files_[b.file].name + ":" + k.dset_path;
+    if (file_value.kind != Value::Kind::List) {
+      out.cut = where + ": not read (" + (file_value.kind == Value::Kind::String ? file_value.s : "not a list") + ")";
+      return out;
+    }
+    for (uint64_t r = b.first; r < b.first + b.rows; ++r) {
+      if (r >= file_value.items.size()) {
+        out.cut = where + ": the index names row " + std::to_string(r) + " beyond the dataset's " +
+                  std::to_string(file_value.items.size()) + " rows";
+        return out;
+      }
+      bytes += value_bytes(file_value.items[r]);
+      if (bytes > max_bytes) {
+        out.cut = "cut after " + std::to_string(out.rows.items.size()) + " of " +
+                  std::to_string(out.total_rows) + " rows: the .json holds at most " +
+                  std::to_string(max_bytes) + " bytes of values";
+        return out;
+      }
+      out.rows.items.push_back(file_value.items[r]);
+    }
+  }
+  return out;
 }
 
 Value Run::run_values(const std::string& source) {

@@ -179,6 +179,28 @@ class Run {
   // The train ID of every row of the key (KeyData.train_id_coordinates()).
   ArrayPtr key_train_ids(const std::string& source, const std::string& key);
 
+  // Per run train (train_ids()), as EXtra-data's run.train_timestamps(): INDEX/timestamp (ns
+  // since the epoch, UTC) from the first file (name order) holding the train, NaT (INT64_MIN)
+  // where none has one (format 0.5 files have none); dtype <M8[ns]. Reads every file's
+  // INDEX/timestamp on the first call (one read each).
+  ArrayPtr train_timestamps_array();
+  // Per run train: 1 where some file holding it marks it valid (INDEX/flag as
+  // FileAccess.validity_flag reads it: format 1.1 inverted, 0.5 guessed), 0 where every file
+  // holding it marks it suspect; uint8.
+  ArrayPtr train_flags_array() const;
+
+  // A non-array key's values (variable-length strings, ...) as EXtra-data's
+  // run[source, key].ndarray() gives them: the indexed rows of every sequence file, in train
+  // order (padding rows outside the index never appear), as a list with one item per row; at
+  // most `max_bytes` of values (strings counted by their length), `cut` saying why when not all
+  // rows are there (else empty). Reads each of the key's files' dataset (libhdf5).
+  struct KeyValues {
+    Value rows = Value::list();
+    uint64_t total_rows = 0;
+    std::string cut;
+  };
+  KeyValues key_values(const std::string& source, const std::string& key, uint64_t max_bytes);
+
   // RUN section values of a CONTROL source (SourceData.run_values()): key -> first element.
   Value run_values(const std::string& source);
   // run.json: proposal, run, format version, files, sources, trains, METADATA values, errors.
@@ -188,6 +210,7 @@ class Run {
 
  private:
   Run(Engine& engine, std::string dir, RunOptions opts);
+  void leave_out_files_being_written(std::vector<std::string>& paths);
   void load_files(const std::vector<std::string>& paths);
   void build_sources();
   void load_keys_locked(Source& s);
@@ -206,7 +229,8 @@ class Run {
   int64_t proposal_ = -1, run_number_ = -1;
   std::string format_version_;
   std::vector<std::pair<std::string, Value>> metadata_values_;
-  mutable std::mutex mu_;  // guards Source lazy state, errors_
+  mutable std::mutex mu_;  // guards Source lazy state, errors_, timestamps_
+  ArrayPtr timestamps_;
   std::vector<std::string> errors_;
 };
 

@@ -544,11 +544,13 @@ def build(outdir, scenario='basic', format_version='1.3', overview=False, module
         else:
             w.write_file('DA01', 0, slow, list(range(first, first + 11)), suspect=suspect)
             w.write_file('DA01', 1, slow, list(range(first + 11, first + ntrains)))
-        # Detector modules: frames per train vary (0..3), sequence breaks differ per module,
+        # Detector modules: frames per train vary (0..3) from train to train, the same in every
+        # module (one pulse pattern per train: EXtra-data's detector classes refuse trains whose
+        # modules disagree, "Inconsistent frame counts"); sequence breaks differ per module,
         # module 1 misses the first two trains.
         for m in range(modules):
             dev = f'SPB_DET_AGIPD1M-1/{"DET" if raw else "CORR"}/{m}CH0'
-            src = detector_module(dev, (lambda m: lambda t: (t + m) % 4)(m), raw=raw,
+            src = detector_module(dev, lambda t: t % 4, raw=raw,
                                   channel='xtdf' if raw else 'output',
                                   legacy=None if raw else f'SPB_DET_AGIPD1M-1/DET/{m}CH0',
                                   image_dims=image_dims)
@@ -585,7 +587,10 @@ def build(outdir, scenario='basic', format_version='1.3', overview=False, module
                          'is_array': not k.string, 'rows': int(len(tids)),
                          'train_ids': f'k{i}_tids.npy'}
                 np.save(osp.join(exp_dir, f'k{i}_tids.npy'), tids)
-                if not k.string:
+                if k.string:   # run[source, key].ndarray() of a string key, decoded
+                    entry['values'] = [v.decode() if isinstance(v, bytes) else str(v)
+                                       for v in data.tolist()]
+                else:
                     np.save(osp.join(exp_dir, f'k{i}.npy'), data)
                     entry['data'] = f'k{i}.npy'
                     entry['dtype'] = np.dtype(k.dtype).str

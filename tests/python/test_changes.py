@@ -4,9 +4,11 @@ The promise (docs/semantics.md, "Files that change"): h5direct records each file
 (device, inode, size, mtime) when it reads its metadata. A new open() of a virtual file whose
 source changed reads the metadata again and serves the new contents (the kernel's cached pages
 are dropped); a read through a handle opened before the change fails with ESTALE, never returning
-new bytes mixed with old ones; a dataset whose shape changed fails with ESTALE until remount; a
+new bytes mixed with old ones; a file that changed is listed again (at a lookup, at most once per
+-o revalidate seconds), so a grown dataset shows its new shape and a new dataset appears; a
 deleted file's reads fail with ESTALE. Each failure is one log line naming the file."""
 import errno
+import json
 import os
 import os.path as osp
 import time
@@ -136,22 +138,68 @@ def test_grown_file(src, mount):
 
 
 def test_resized_dataset(src, mount):
-    """A dataset resized (appended to) while mounted: its shape as listed no longer holds, so
-    opening it fails with ESTALE (remount to see the new shape); other datasets read normally."""
+    """A dataset resized (appended to) while mounted: its file's directory is listed again
+    (checked at most once per -o revalidate second at a lookup; the kernel keeps the names as
+    long), so new opens see the new shape in .npy and .json alike; until then the name listed
+    before serves the rows it was listed with, never ESTALE. An open mapping keeps the bytes it
+    holds. Other datasets read normally."""
     p = osp.join(src, 'run.h5')
     m = mount(src)
-    np.load(m.path('run.h5', 'chunked.npy'), mmap_mode='r')
+    mm = np.load(m.path('run.h5', 'chunked.npy'), mmap_mode='r')
+    old = np.array(mm)   # every page read: the mapping holds them
     _bump_mtime_clock()
     with h5py.File(p, 'a') as f:
         d = f['chunked']
         d.resize((N + 50000,))
         d[N:] = 7
+    new = _expected(p, 'chunked')
+    first = np.load(m.path('run.h5', 'chunked.npy'))   # the old name, or the new one
+    assert first.shape in ((N,), (N + 50000,))
+    np.testing.assert_array_equal(first, new[:len(first)])
+    t0 = time.monotonic()
+    while True:
+        side = json.load(open(m.path('run.h5', 'chunked.json')))
+        got = np.load(m.path('run.h5', 'chunked.npy'))
+        if got.shape == (N + 50000,) and side['shape'] == [N + 50000]:
+            break
+        assert time.monotonic() - t0 < 30, (got.shape, side['shape'])
+        time.sleep(0.2)
+    np.testing.assert_array_equal(got, new)
+    np.testing.assert_array_equal(mm, old)
+    del mm
+    np.testing.assert_array_equal(np.load(m.path('run.h5', 'contig.npy')), _expected(p, 'contig'))
+    assert m.proc.poll() is None
+
+
+def test_new_dataset_appears_without_remount(src, mount):
+    p = osp.join(src, 'run.h5')
+    m = mount(src)
+    assert 'appended.npy' not in os.listdir(m.path('run.h5'))
+    _bump_mtime_clock()
+    with h5py.File(p, 'a') as f:
+        f['appended'] = np.arange(1000, dtype='<f8')
+    t0 = time.monotonic()
+    while 'appended.npy' not in os.listdir(m.path('run.h5')):
+        assert time.monotonic() - t0 < 30
+        time.sleep(0.2)
+    np.testing.assert_array_equal(np.load(m.path('run.h5', 'appended.npy')),
+                                  np.arange(1000, dtype='<f8'))
+
+
+def test_revalidate_0_keeps_listings(src, mount):
+    """-o revalidate=0: sources are taken as unchanging (names cached for entry_timeout); a
+    resized dataset's open fails with ESTALE (its listed shape no longer holds) until a remount."""
+    p = osp.join(src, 'run.h5')
+    m = mount(src, 'revalidate=0')
+    np.load(m.path('run.h5', 'chunked.npy'), mmap_mode='r')
+    _bump_mtime_clock()
+    with h5py.File(p, 'a') as f:
+        f['chunked'].resize((N - 100,))
+    time.sleep(2.5)   # several periods of the default revalidate=1
     with pytest.raises(OSError) as e:
         np.load(m.path('run.h5', 'chunked.npy'))
     assert e.value.errno == errno.ESTALE
     assert 'chunked' in m.log() and 'size changed' in m.log(), m.log()
-    np.testing.assert_array_equal(np.load(m.path('run.h5', 'contig.npy')), _expected(p, 'contig'))
-    assert m.proc.poll() is None
 
 
 def test_deleted_file(src, mount):

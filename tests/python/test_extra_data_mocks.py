@@ -567,6 +567,35 @@ def make_scs_run(d, modules=2, ntrains=16):
                        format_version='1.0')
 
 
+class StringDevice(Device):
+    """String keys: variable-length (CONTROL and INSTRUMENT) and fixed-length, the INSTRUMENT
+    ones with padding rows beyond the index holding 'PADDING' (what the DAQ leaves there)."""
+    control_keys = [('fixedName', 'S8', ()), ('state', h5py.string_dtype(), ())]
+    output_channels = ('output/data',)
+    instrument_keys = [('label', h5py.string_dtype(), ()), ('code', 'S6', ())]
+
+    def post_fill(self, f):
+        for topic in ('label', 'code'):
+            d = f[f'INSTRUMENT/{self.device_id}:output/data/{topic}']
+            vals = [f'{topic[0]}{i}.{self.firsttrain - 10000}'.encode()
+                    for i in range(self.nsamples)]
+            d[:] = vals + [b'PADDING'] * (d.shape[0] - len(vals))
+        st = f[f'CONTROL/{self.device_id}/state/value']
+        st[:] = [f'S{self.firsttrain + i}'.ljust(self.state_len, '.').encode()
+                 for i in range(st.shape[0])]
+
+    state_len = 0
+
+
+def make_strings_run(d):
+    """Two sequence files with string keys (7 samples spread over 10 trains in each, 25 rows of
+    padding per INSTRUMENT dataset)."""
+    for seq, t0 in ((0, 10000), (1, 10010)):
+        write_file(osp.join(d, f'RAW-R0099-DA01-S{seq:05d}.h5'),
+                   [StringDevice('SQS_STRINGS/MDL/X', nsamples=7)],
+                   ntrains=10, firsttrain=t0, chunksize=32, format_version='1.0')
+
+
 def make_agipd_example_run(d, ntrains=20, frames=4):
     """make_agipd_example_file: a format 0.5 corrected AGIPD file with the old index
     (first/last/status), INDEX arrays and per-train datasets padded to 256 (250 trains),
@@ -683,12 +712,14 @@ def read_oracle(run_dir):
                     ent['keys'][key] = dict(group=grp, path=n, dtype=d.dtype,
                                             entry_shape=d.shape[1:],
                                             is_array=d.dtype.kind != 'O'
-                                            and h5py.check_string_dtype(d.dtype) is None,
+                                            and (h5py.check_string_dtype(d.dtype) is None
+                                                 or h5py.check_string_dtype(d.dtype).length
+                                                 is not None),
                                             parts=[], tids=[])
             for key, k in ent['keys'].items():
                 first, count = index(f, src, k['group'], len(tids))
                 d = root[k['path']]
-                rows = [d[a:a + c] for a, c in zip(first, count) if c] if k['is_array'] else []
+                rows = [d[a:a + c] for a, c in zip(first, count) if c]
                 k['parts'].extend(rows)
                 k['tids'].append(np.repeat(tids, count))
     for _, _, f, _, _ in files:
@@ -696,10 +727,9 @@ def read_oracle(run_dir):
     for src, ent in sources.items():
         for key, k in ent['keys'].items():
             k['tids'] = np.concatenate(k['tids']).astype('u8')
-            if k['is_array']:
-                k['data'] = np.concatenate(k.pop('parts')) if k['parts'] else \
-                    np.zeros((0,) + k['entry_shape'], k['dtype'])
-                assert len(k['data']) == len(k['tids'])
+            k['data'] = np.concatenate(k.pop('parts')) if k['parts'] else \
+                np.zeros((0,) + k['entry_shape'], k['dtype'])
+            assert len(k['data']) == len(k['tids'])
     return {'train_ids': run_tids, 'sources': sources}
 
 
@@ -715,6 +745,12 @@ def check_key(sdir, src, key, k):
     assert np.array_equal(tids, k['tids']), (src, key)
     if not k['is_array']:
         assert not osp.exists(osp.join(sdir, key + '.npy'))
+        # run[source, key].ndarray(): the indexed rows of every file in train order, no padding
+        def dec(v):
+            return [dec(x) for x in v] if isinstance(v, list) else _str(v)
+        assert 'value_cut' not in side, side
+        assert side['value'] == dec(k['data'].tolist()), (src, key)
+        assert side['value_rows'] == len(k['tids'])
         return 0
     e = k['data']
     assert side['shape'] == list(e.shape), (src, key, side['shape'], e.shape)
@@ -835,7 +871,29 @@ CASES = {
     'remi_proc_1.0': (make_remi_run, {}),
     'scs_dssc_two_sequences_1.0': (make_scs_run, {}),
     'agipd_example_legacy_index_0.5': (make_agipd_example_run, {}),
+    'string_keys_two_sequences_1.0': (make_strings_run, {}),
 }
+
+
+def test_string_values_beyond_the_bound_are_cut_with_a_note(mounted):
+    """A string key whose values exceed the .json's bound (1 MiB of values): the first rows,
+    exactly as EXtra-data gives them, and value_cut saying how many of how many."""
+    class LongStrings(StringDevice):
+        state_len = 60
+
+    def build(d):
+        write_file(osp.join(d, 'RAW-R0099-DA01-S00000.h5'),
+                   [LongStrings('SQS_STRINGS/MDL/X', nsamples=7)],
+                   ntrains=20000, firsttrain=10000, chunksize=32, format_version='1.0')
+    m, run_dir = mounted(build)
+    k = read_oracle(run_dir)['sources']['SQS_STRINGS/MDL/X']['keys']['state.value']
+    assert sum(len(x) for x in k['data'].tolist()) > 1 << 20   # beyond the bound
+    side = json.load(open(osp.join(m.mnt, 'SQS_STRINGS', 'MDL', 'X', 'state.value.json')))
+    n = side['value_rows']
+    assert 0 < n < 20000 == len(k['data'])
+    assert side['value'] == [_str(x) for x in k['data'][:n].tolist()]
+    assert f'cut after {n} of 20000 rows' in side['value_cut'], side['value_cut']
+    assert len(json.dumps(side['value'])) <= (1 << 20) + 4 * n
 
 
 @pytest.mark.parametrize('case', list(CASES))

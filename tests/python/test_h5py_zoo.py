@@ -1307,7 +1307,7 @@ def test_not_arrays_only_json(src, mnt, libver):
     arrays = {'target', 'after', 'after_hardlink'}
     non = ['empty_f4', 'empty_compound', 'objrefs', 'regionrefs', 'vlen_i4', 'vlen_bytes',
            'compound_with_vlen']
-    assert names == sorted([n + '.json' for n in non] +
+    assert names == sorted([n + '.json' for n in non] + ['.attrs.json'] +
                            [a + s for a in arrays for s in ('.npy', '.raw', '.json')])
     for n in non:
         side = _side(fdir, n)
@@ -1381,9 +1381,17 @@ def test_dimension_scales(src, mnt, libver):
 
 @pytest.mark.parametrize('libver', LIBVERS)
 def test_groups_and_files_with_attributes_only(src, mnt, libver):
-    assert os.listdir(mnt.path(f'misc_{libver}.h5', 'attrs', 'only_attrs')) == []
+    # their attributes are in .attrs.json (docs/sidecar.md, "Attributes of groups and files")
+    only = mnt.path(f'misc_{libver}.h5', 'attrs', 'only_attrs')
+    assert os.listdir(only) == ['.attrs.json']
+    with h5py.File(osp.join(src['dir'], f'misc_{libver}.h5'), 'r') as f:
+        assert set(_side(only, '.attrs')['attrs']) == set(f['attrs/only_attrs'].attrs)
     top = mnt.path(f'misc_{libver}_attrs_only.h5')
-    assert os.listdir(top) == ['g'] and os.listdir(osp.join(top, 'g')) == []
+    assert sorted(os.listdir(top)) == ['.attrs.json', 'g']
+    assert os.listdir(osp.join(top, 'g')) == ['.attrs.json']
+    with h5py.File(osp.join(src['dir'], f'misc_{libver}_attrs_only.h5'), 'r') as f:
+        assert set(_side(top, '.attrs')['attrs']) == set(f.attrs)
+        assert set(_side(osp.join(top, 'g'), '.attrs')['attrs']) == set(f['g'].attrs)
 
 
 @pytest.mark.parametrize('libver', LIBVERS)
@@ -1425,7 +1433,7 @@ def test_odd_names(src, mnt):
     whose NAME.npy exceeds NAME_MAX (255 bytes; FUSE itself allows 1024 and more)."""
     gdir = mnt.path('names.h5', 'names')
     listing = os.listdir(gdir)
-    expected = {n + ext for n in ODD_NAMES for ext in ('.npy', '.raw', '.json')} | {'..grp'}
+    expected = {n + ext for n in ODD_NAMES for ext in ('.npy', '.raw', '.json')} | {'..grp', '.attrs.json'}
     assert set(listing) == expected and len(listing) == len(expected)
     with h5py.File(osp.join(src['dir'], 'names.h5'), 'r') as f:
         for n in ODD_NAMES:
@@ -1469,8 +1477,9 @@ def test_many_datasets_in_one_group(src, mnt, fname):
     gdir = mnt.path(fname, 'many')
     listing = os.listdir(gdir)
     expected = {'d%05d%s' % (i, ext) for i in range(N_MANY) for ext in ('.npy', '.raw', '.json')}
+    expected.add('.attrs.json')
     assert len(listing) == len(expected) and set(listing) == expected
-    assert sorted(os.listdir(mnt.path(fname))) == ['alpha', 'many', 'zeta']
+    assert sorted(os.listdir(mnt.path(fname))) == ['.attrs.json', 'alpha', 'many', 'zeta']
     rng = np.random.default_rng(3)
     with h5py.File(osp.join(src['dir'], fname), 'r') as f:
         for k in rng.choice(N_MANY, 25, replace=False):

@@ -235,7 +235,7 @@ def test_library_fallback_is_reported(src, mnt):
 
 def test_vlen_strings_only_json(mnt):
     d = mnt.path('latest.h5', 'strings')
-    assert sorted(os.listdir(d)) == ['vlen.json', 'vlen_scalar.json']
+    assert sorted(os.listdir(d)) == ['.attrs.json', 'vlen.json', 'vlen_scalar.json']
     side = json.load(open(osp.join(d, 'vlen.json')))
     assert side['is_array'] is False
     assert side['why_not_array']
@@ -248,13 +248,14 @@ def test_tree_shape(src, mnt):
                                            'userblock.data']
     assert osp.isdir(mnt.path('userblock.data'))
     top = sorted(os.listdir(mnt.path('latest.h5')))
-    assert top == ['a', 'big', 'dtypes', 'filters', 'layouts', 'links', 'shapes', 'strings']
+    assert top == ['.attrs.json', 'a', 'big', 'dtypes', 'filters', 'layouts', 'links', 'shapes',
+                   'strings']
     assert os.listdir(mnt.path('latest.h5', 'a', 'b', 'c', 'd')) == sorted(
-        ['deep.npy', 'deep.raw', 'deep.json'])
+        ['.attrs.json', 'deep.npy', 'deep.raw', 'deep.json'])
     links = sorted(os.listdir(mnt.path('latest.h5', 'links')))
-    assert links == ['external.json', 'external.npy', 'external.raw', 'soft_dset.json',
+    assert links == ['.attrs.json', 'external.json', 'external.npy', 'external.raw', 'soft_dset.json',
                      'soft_dset.npy', 'soft_dset.raw', 'soft_group']
-    assert sorted(os.listdir(mnt.path('latest.h5', 'links', 'soft_group'))) == ['c']
+    assert sorted(os.listdir(mnt.path('latest.h5', 'links', 'soft_group'))) == ['.attrs.json', 'c']
 
 
 def test_links_are_followed(src, mnt):

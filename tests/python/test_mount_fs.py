@@ -44,7 +44,7 @@ def test_directory_tree(srcdir, mount):
     m = mount(srcdir)
     assert sorted(os.listdir(m.mnt)) == ['.h5direct', 'alias.h5', 'renamed.bin', 'sub', 'two.h5']
     assert sorted(os.listdir(m.path('sub'))) == ['one.h5']
-    assert sorted(os.listdir(m.path('two.h5'))) == ['g', 'x.json', 'x.npy', 'x.raw']
+    assert sorted(os.listdir(m.path('two.h5'))) == ['.attrs.json', 'g', 'x.json', 'x.npy', 'x.raw']
     np.testing.assert_array_equal(np.load(m.path('renamed.bin', 'g', 'y.npy')), np.float32(1.5))
     np.testing.assert_array_equal(np.load(m.path('alias.h5', 'x.npy')),
                                   np.arange(12, dtype='<u2').reshape(3, 4))
@@ -54,7 +54,7 @@ def test_directory_tree(srcdir, mount):
 
 def test_single_file_source_is_its_root_group(srcdir, mount):
     m = mount(osp.join(srcdir, 'two.h5'))
-    assert sorted(os.listdir(m.mnt)) == ['.h5direct', 'g', 'x.json', 'x.npy', 'x.raw']
+    assert sorted(os.listdir(m.mnt)) == ['.attrs.json', '.h5direct', 'g', 'x.json', 'x.npy', 'x.raw']
     st = os.stat(m.path('x.npy'))
     assert st.st_size == 4096 + 24  # the header pads the data to a page boundary
 
@@ -154,7 +154,7 @@ def test_name_collisions(mount):
         f.create_group('.h5direct')
     m = mount(osp.join(d, 'c.h5'))
     names = sorted(os.listdir(m.mnt))
-    assert names == ['.h5direct', 'a.npy', 'a~ds.json', 'a~ds.npy', 'a~ds.raw', 'b.json',
+    assert names == ['.attrs.json', '.h5direct', 'a.npy', 'a~ds.json', 'a~ds.npy', 'a~ds.raw', 'b.json',
                      'b.npy', 'b.raw']
     assert osp.isdir(m.path('a.npy'))
     np.testing.assert_array_equal(np.load(m.path('a~ds.npy')), np.arange(3))

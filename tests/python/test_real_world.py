@@ -54,7 +54,7 @@ def test_real_world_classes():
             a = np.load(m.path('f.h5', name + '.npy'), mmap_mode='r')
             assert a.shape == shape
         listing = sorted(os.listdir(m.path('f.h5', 'g')))
-        assert listing == ['after_long.json', 'after_long.npy', 'after_long.raw',
+        assert listing == ['.attrs.json', 'after_long.json', 'after_long.npy', 'after_long.raw',
                            'x.json', 'x.npy', 'x.raw'], listing
         assert np.array_equal(np.load(m.path('f.h5', 'g', 'after_long.npy')), np.arange(4))
         log = m.log()

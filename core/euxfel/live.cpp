@@ -1,0 +1,101 @@
+#include "core/euxfel/live.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include "core/log.h"
+
+namespace h5d::euxfel {
+namespace {
+
+constexpr unsigned char kSignature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+// File consistency flags of superblocks 2 and 3 (HDF5 file format spec, "Superblock"):
+// bit 0 file open for write access, bit 2 file open for SWMR write access.
+constexpr unsigned char kWriteAccess = 0x01, kSwmrWriteAccess = 0x04;
+
+bool ends_with_h5(const std::string& n) { return n.size() > 3 && n.compare(n.size() - 3, 3, ".h5") == 0; }
+
+}  // namespace
+
+bool open_for_writing(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st;
+  bool writing = false;
+  if (::fstat(fd, &st) == 0) {
+    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    unsigned char buf[16];
+    for (uint64_t off = 0; off + sizeof buf <= size; off = off ? off * 2 : 512) {
+      if (::pread(fd, buf, sizeof buf, static_cast<off_t>(off)) != static_cast<ssize_t>(sizeof buf)) break;
+      if (std::memcmp(buf, kSignature, sizeof kSignature) != 0) continue;
+      const unsigned version = buf[8];
+      writing = (version == 2 || version == 3) && (buf[11] & (kWriteAccess | kSwmrWriteAccess)) != 0;
+      break;
+    }
+  }
+  ::close(fd);
+  return writing;
+}
+
+void note_left_out_while_written(const std::string& path) {
+  static std::mutex mu;
+  static std::set<std::string> logged;
+  std::lock_guard<std::mutex> lk(mu);
+  if (!logged.insert(path).second) return;
+  log::warn("euxfel: " + path + ": left out of its run while libhdf5 has it open for writing "
+            "(superblock flags); it joins the run once closed");
+}
+
+RunDirState RunDirState::take(const std::string& dir, const RunDirState* prev) {
+  RunDirState s;
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return s;
+  s.mtime_ = st.st_mtim;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return s;
+  const int dfd = ::dirfd(d);
+  while (dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (!ends_with_h5(n)) continue;
+    struct stat fst;
+    if (::fstatat(dfd, n.c_str(), &fst, 0) != 0) continue;
+    FileState f;
+    f.name = n;
+    f.id = identity_of(fst);
+    const FileState* before = nullptr;
+    if (prev) {
+      auto it = std::lower_bound(prev->files_.begin(), prev->files_.end(), n,
+                                 [](const FileState& a, const std::string& b) { return a.name < b; });
+      if (it != prev->files_.end() && it->name == n) before = &*it;
+    }
+    f.writing = before && !before->writing && before->id == f.id ? false : open_for_writing(dir + "/" + n);
+    s.files_.push_back(std::move(f));
+  }
+  ::closedir(d);
+  std::sort(s.files_.begin(), s.files_.end(),
+            [](const FileState& a, const FileState& b) { return a.name < b.name; });
+  s.ok_ = true;
+  return s;
+}
+
+bool RunDirState::operator==(const RunDirState& o) const {
+  if (ok_ != o.ok_ || mtime_.tv_sec != o.mtime_.tv_sec || mtime_.tv_nsec != o.mtime_.tv_nsec ||
+      files_.size() != o.files_.size())
+    return false;
+  for (size_t i = 0; i < files_.size(); ++i) {
+    const FileState& a = files_[i];
+    const FileState& b = o.files_[i];
+    if (a.name != b.name || a.writing != b.writing) return false;
+    if (!a.writing && a.id != b.id) return false;
+  }
+  return true;
+}
+
+}  // namespace h5d::euxfel
