@@ -237,8 +237,11 @@ void HelperPool::check_bad(const std::string& file) {
   struct stat st;
   const bool changed = ::stat(file.c_str(), &st) != 0 || identity_of(st) != it->second.id;
   if (changed || Clock::now() >= it->second.retry_at) return;  // retried (kept for the backoff)
-  fail(EIO, file + ": skipped, marked bad after the HDF5 helper " + it->second.why + " (retried " +
-                std::to_string(remaining_ms(it->second.retry_at) / 1000 + 1) + " s from now or when the file changes)");
+  // Logged once, when the helper failed; each request skipped since is not logged again.
+  throw Error(EIO,
+              file + ": skipped, marked bad after the HDF5 helper " + it->second.why + " (retried " +
+                  std::to_string(remaining_ms(it->second.retry_at) / 1000 + 1) + " s from now or when the file changes)",
+              true);
 }
 
 void HelperPool::mark_bad(const std::string& file, const std::string& why) {
@@ -301,7 +304,7 @@ std::string HelperPool::call(proto::Op op, const std::string& file, const std::s
                             "; helper restarted, file marked bad for " +
                             std::to_string(opts_.backoff_ms / 1000) + " s or until it changes";
     log::error(msg);
-    throw Error(EIO, msg);
+    throw Error(EIO, msg, true);  // this line is its one log line
   } catch (...) {
     kill_slot(s, nullptr);
     release(i);

@@ -196,6 +196,11 @@ def test_a_helper_that_dies_or_talks_garbage_costs_only_its_file(mode):
         log = m.log()
         want = {'abort': 'crashed (signal 6', 'segv': 'crashed (signal 11', 'garbage': 'bad reply'}[mode]
         assert want in log and 'victim.h5' in log, log
+        # One failure, one log line (the pool's, naming the file and the call): not another for
+        # the FUSE reply, nor for the request refused while the file is marked bad.
+        lines = [ln for ln in log.splitlines() if 'victim.h5' in ln]
+        assert len(lines) == 1 and want in lines[0] and 'list_group' in lines[0], lines
+        assert m.stats()['error_replies']['EIO'] >= 2
     finally:
         m.close()
 
