@@ -428,6 +428,7 @@ std::string dispatch(Engine& engine, Op op, proto::In& in, const std::string& fi
     case Op::MetaReadStrings: proto::put(o, meta::read_strings(*f, arg<std::string>(in))); break;
     case Op::MetaListDatasets: proto::put(o, meta::list_datasets(*f, arg<std::string>(in))); break;
     case Op::MetaListMembers: proto::put(o, meta::list_members(*f, arg<std::string>(in))); break;
+    case Op::MetaSequenceFile: proto::put(o, meta::read_sequence_file(*f, arg<bool>(in))); break;
   }
   in.end();
   return o.take();

@@ -225,3 +225,26 @@ def test_library_reads_go_through_the_helper():
         assert daemon_alive(m)
     finally:
         m.close()
+
+
+def test_run_open_asks_one_helper_request_per_sequence_file():
+    """Everything Run::open reads from a sequence file (train IDs, flags, sources, INDEX
+    first/count of every source, the first file's METADATA) comes in one helper request per
+    file (meta::read_sequence_file): the boundary's cost per request is paid once per file, not
+    once per item (2396 requests for a 340-file run before, docs/benchmarks.md)."""
+    import euxfel_mock
+    d = make_tmpdir('iso-run-')
+    run = euxfel_mock.build(d, scenario='bench', modules=2, seq_files=3, trains_per_file=2)
+    files = [f for f in os.listdir(run) if f.endswith('.h5')]
+    m = Mount(run)
+    try:
+        # The run is opened at mount: its root lists the sources without further requests.
+        assert 'SPB_DET_AGIPD1M-1' in os.listdir(m.mnt)
+        helper = m.stats()['hdf5_helper']
+        assert helper['requests'] == len(files), (helper, files)
+        assert helper['failures'] == 0
+        # What was read is what the files hold: the train IDs of every file, in order.
+        tids = np.load(m.path('trainId.npy'))
+        assert len(tids) > 0 and np.all(np.diff(tids.astype(np.int64)) > 0)
+    finally:
+        m.close()
