@@ -6,6 +6,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -761,8 +762,9 @@ TEST_CASE("h5format: read_stored_end gives the end libhdf5 stored, also after a 
         std::vector<uint8_t> bytes = read_file_bytes(path);
         REQUIRE(bytes.size() == size);
         CHECK(read_stored_end(MemorySource(bytes, path)) == size);
-        // A cut keeps what the superblock says: that is how a truncated file is recognised.
-        bytes.resize(bytes.size() / 2);
+        // A cut (after the superblock) keeps what the superblock says: that is how a truncated
+        // file is recognised.
+        bytes.resize(std::max<size_t>(bytes.size() / 2, ub + 128));
         CHECK(read_stored_end(MemorySource(bytes, path)) == size);
         ++checked;
       }
