@@ -221,8 +221,16 @@ std::vector<LinkEntry> H5File::list_group(const std::string& group_path) {
     LinkEntry e;
     e.name = name;
     H5O_info_t oinfo;
+    const size_t refused = h5::pending_reads_past_end();
     if (H5Oget_info_by_name2(g.get(), name.c_str(), &oinfo, H5O_INFO_BASIC, H5P_DEFAULT) < 0) {
       H5Eclear2(H5E_DEFAULT);  // dangling soft or external link: not shown
+      if (h5::pending_reads_past_end() > refused) {
+        // Its object header lies past the cut of a truncated file (h5truncated.cpp): libhdf5
+        // could not load it and kept nothing of it; the group's other members are intact.
+        h5::forget_reads_past_end(refused);
+        log::warn(path_ + ":" + join_h5(group_path, name) +
+                  ": left out, its object header lies past the end of the truncated file");
+      }
       continue;
     }
     if (oinfo.type == H5O_TYPE_GROUP &&

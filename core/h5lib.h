@@ -71,5 +71,10 @@ bool truncated_files_allowed();
 hid_t open_truncated(const std::string& path, uint64_t* real_size, uint64_t* eoa, std::string* why);
 // The files (paths) a read was refused in, past their real end, since the last call.
 std::vector<std::string> take_reads_past_end();
+// How many such refusals are pending; forget_reads_past_end(n) forgets those after the first n,
+// for a caller that has dealt with them (list_group leaves out a member whose object header lies
+// past the cut: libhdf5 kept nothing of it).
+size_t pending_reads_past_end();
+void forget_reads_past_end(size_t keep);
 
 }  // namespace h5d::h5

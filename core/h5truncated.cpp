@@ -259,6 +259,16 @@ hid_t open_truncated(const std::string& path, uint64_t* real_size, uint64_t* eoa
   return fid;
 }
 
+size_t pending_reads_past_end() {
+  std::lock_guard<std::mutex> lk(past_end_mu());
+  return past_end().size();
+}
+
+void forget_reads_past_end(size_t keep) {
+  std::lock_guard<std::mutex> lk(past_end_mu());
+  if (past_end().size() > keep) past_end().resize(keep);
+}
+
 std::vector<std::string> take_reads_past_end() {
   std::lock_guard<std::mutex> lk(past_end_mu());
   std::vector<std::string> out;

@@ -235,3 +235,34 @@ def test_truncated_file_whose_metadata_is_cut_is_eio_not_other_bytes():
         assert m.proc.poll() is None, m.log()[-3000:]
     finally:
         m.close()
+
+
+def test_member_whose_object_header_is_past_the_cut_is_left_out():
+    """A dataset added last (a writer appending, then crashing) has its object header at the
+    end: cut through it, that member is left out of the listing with a log line (libhdf5 could
+    not load it), and the group's other members are served as h5py reads them in the original."""
+    d, src = make_tmpdir('trunc-late-'), make_tmpdir('trunc-late-src-')
+    p = osp.join(d, 'orig.h5')
+    a = np.arange(20000, dtype='<i4')
+    with h5py.File(p, 'w', libver='latest') as f:
+        f['a'] = a
+    with h5py.File(p, 'a', libver='latest') as f:
+        f['late'] = np.arange(10, dtype='<i4')
+    with h5py.File(p, 'r') as f:
+        late_header = h5py.h5o.get_info(f['late'].id).addr
+        late_data = f['late'].id.get_offset()
+    assert late_header > a.nbytes and late_data > late_header  # both after a's data
+    data = open(p, 'rb').read()
+    with open(osp.join(src, 'cut.h5'), 'wb') as f:
+        f.write(data[:late_header + 40])  # through the header of `late`
+    m = Mount(src)
+    try:
+        names = os.listdir(m.path('cut.h5'))
+        assert 'a.npy' in names and not any(n.startswith('late') for n in names), names
+        np.testing.assert_array_equal(np.load(m.path('cut.h5', 'a.npy')), a)
+        log = m.log()
+        assert any('cut.h5:/late' in ln and 'left out' in ln and 'past the end of the truncated file' in ln
+                   for ln in log.splitlines()), log
+        assert m.proc.poll() is None
+    finally:
+        m.close()
