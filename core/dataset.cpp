@@ -24,6 +24,17 @@ std::string coords_str(const Shape& c) {
   return s + ")";
 }
 
+// Bytes [addr, addr + n) of a file whose size was `id.size` when its metadata was read must lie
+// inside it. A truncated file (the helper opens those, h5truncated.cpp) has intact metadata
+// pointing past its cut: what lies there is EIO, named, and everything before it is served.
+void check_in_file(const FileIdentity& id, uint64_t addr, uint64_t n, const std::string& what) {
+  if (id.ino == 0) return;  // not stat'ed: pread finds out
+  const uint64_t size = static_cast<uint64_t>(id.size);
+  if (addr <= size && n <= size - addr) return;
+  fail_data(what + " at file offset " + std::to_string(addr) + " (" + std::to_string(n) +
+            " bytes): past the end of the file (" + std::to_string(size) + " bytes: truncated?)");
+}
+
 class DatasetArray : public Array {
  public:
   DatasetArray(Engine& engine, std::shared_ptr<const DatasetInfo> info)
@@ -197,6 +208,7 @@ class ContiguousArray final : public DatasetArray {
                 "): the dataspace or the layout is damaged");
     std::vector<Run> runs;
     collect_runs(addr_, shape(), dtype().itemsize, r, dst, runs);
+    for (const Run& run : runs) check_in_file(file_id_, run.src, run.n, what_ + ": bytes");
     if (log::debug_enabled()) log::debug("read " + what_ + ": direct (contiguous)");
     plan_runs(engine_, info_->file, file_id_, what_, runs, plan);
   }
@@ -246,6 +258,7 @@ class ChunkedArray final : public DatasetArray {
         plan.add([in_chunk, d, fill] { fill_region(in_chunk.count, fill, d.base, d.strides); });
         return;
       }
+      check_in_file(st_.file_id, loc->addr, loc->size, what_ + ": chunk " + coords_str(cc));
       check_chunk(ctx, cc, lin, *loc);
       if (!needs_decode(cc, *loc)) {
         collect_runs(loc->addr, chunk_ext_, dtype().itemsize, in_chunk, d, runs);
@@ -350,7 +363,11 @@ class ChunkedArray final : public DatasetArray {
         Shape dims(info_->shape.data(), info_->shape.data() + ds_rank_);
         Shape maxdims(info_->maxshape.data(), info_->maxshape.data() + ds_rank_);
         const uint64_t h5_elem_size = chunk_bytes_ / std::max<uint64_t>(1, product(info_->chunks));
-        ctx->map = fmt::read_chunk_map(*fd, st_.geo, ctx->layout, dims, maxdims, h5_elem_size, filtered_);
+        // A truncated file keeps the records of its chunks past the cut: they fail alone, when
+        // read (check_in_file), and the chunks before the cut are served.
+        fmt::FileGeometry geo = st_.geo;
+        geo.stored_end = fmt::read_stored_end(*fd);
+        ctx->map = fmt::read_chunk_map(*fd, geo, ctx->layout, dims, maxdims, h5_elem_size, filtered_);
         FdCache::verify(info_->file, st_.file_id);
         if (ctx->map.beyond_extent)
           log::warn(what_ + ": chunk index: " + std::to_string(ctx->map.beyond_extent) +

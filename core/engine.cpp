@@ -99,6 +99,15 @@ std::shared_ptr<H5File> Engine::open_file(const std::string& path) {
   return it->second;
 }
 
+void Engine::forget_file(const std::string& path) {
+  std::shared_ptr<H5File> gone;  // destroyed after files_mu_ is released (lock order)
+  std::lock_guard<std::mutex> lk(files_mu_);
+  auto it = files_.find(path);
+  if (it == files_.end()) return;
+  gone = std::move(it->second);
+  files_.erase(it);
+}
+
 void Engine::read_region(const Array& a, const Region& r, const DestView& dst) {
   ReadPlan plan;
   a.plan(r, dst, plan);

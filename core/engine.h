@@ -72,6 +72,9 @@ class Engine {
 
   // Opens an HDF5 file (or returns the one already open). Throws Error(ENOENT/EIO/...).
   std::shared_ptr<H5File> open_file(const std::string& path);
+  // Drops what is known of `path` (its H5File: metadata, arrays, libhdf5 handle once unused);
+  // the next open_file reads it anew.
+  void forget_file(const std::string& path);
 
   // Reads bytes [off, off+len) of the C-order bytes of `a` into `out`: every chunk, file and
   // part touched is read and decoded concurrently. Errors carry file, dataset and chunk.

@@ -150,11 +150,36 @@ int64_t H5File::handle() {
   hid_t fid = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);  // unlocked: see init_library
   if (fid < 0) {
     int code = exists(path_) ? (::access(path_.c_str(), R_OK) == 0 ? EIO : EACCES) : ENOENT;
-    h5::fail_h5(code, path_ + ": cannot open as HDF5");
+    const std::string why = h5::error_stack();
+    std::string why_truncated;
+    if (code == EIO) fid = open_truncated(why_truncated);
+    if (fid < 0) fail(code, path_ + ": cannot open as HDF5: " + why + why_truncated);
   }
   fid_ = fid;
   lru.push_front(this);
   return fid_;
+}
+
+int64_t H5File::open_truncated(std::string& why) {
+  // Only where the caller checks every answer for reads past the cut (the helper: serve).
+  if (!h5::truncated_files_allowed()) return -1;
+  uint64_t size = 0, eoa = 0;
+  std::string reason;
+  const hid_t fid = h5::open_truncated(path_, &size, &eoa, &reason);
+  if (fid < 0) {
+    why = "; opened as a truncated file: " + reason;
+    return -1;
+  }
+  if (size >= eoa) {  // not truncated: refused for another reason, reported as it was
+    H5Fclose(fid);
+    return -1;
+  }
+  if (!truncation_logged_) {
+    truncation_logged_ = true;
+    log::warn(path_ + ": truncated: " + std::to_string(size) + " of the " + std::to_string(eoa) +
+              " bytes its superblock gives; serving what lies before the cut (objects and chunks past it: EIO)");
+  }
+  return fid;
 }
 
 std::vector<LinkEntry> H5File::list_group(const std::string& group_path) {
@@ -196,8 +221,16 @@ std::vector<LinkEntry> H5File::list_group(const std::string& group_path) {
     LinkEntry e;
     e.name = name;
     H5O_info_t oinfo;
+    const size_t refused = h5::pending_reads_past_end();
     if (H5Oget_info_by_name2(g.get(), name.c_str(), &oinfo, H5O_INFO_BASIC, H5P_DEFAULT) < 0) {
       H5Eclear2(H5E_DEFAULT);  // dangling soft or external link: not shown
+      if (h5::pending_reads_past_end() > refused) {
+        // Its object header lies past the cut of a truncated file (h5truncated.cpp): libhdf5
+        // could not load it and kept nothing of it; the group's other members are intact.
+        h5::forget_reads_past_end(refused);
+        log::warn(path_ + ":" + join_h5(group_path, name) +
+                  ": left out, its object header lies past the end of the truncated file");
+      }
       continue;
     }
     if (oinfo.type == H5O_TYPE_GROUP &&

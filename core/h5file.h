@@ -126,6 +126,10 @@ class H5File : public std::enable_shared_from_this<H5File> {
   StorageInfo storage_info(const std::string& dset_path);
 
  private:
+  // The file through the truncated-file driver (h5lib.h) when that is allowed in this process
+  // and the file is shorter than its stored end; -1 otherwise (`why`: what libhdf5 said then,
+  // when it refused that too). Caller holds the HDF5 lock.
+  int64_t open_truncated(std::string& why);
   std::shared_ptr<const DatasetInfo> load_info(const std::string& dset_path, StorageInfo& st);
   // A helper's answer to op (DatasetInfo or DatasetDetails), validated.
   std::shared_ptr<const DatasetInfo> remote_info(HelperPool& hp, proto::Op op, const std::string& dset_path,
@@ -138,6 +142,7 @@ class H5File : public std::enable_shared_from_this<H5File> {
   std::string path_;
   FileIdentity identity_;  // zero when the file could not be stat'ed
   int64_t fid_ = -1;
+  bool truncation_logged_ = false;
   std::mutex mu_;  // guards infos_, arrays_, storage_; taken after the HDF5 lock, never before
   std::map<std::string, std::shared_ptr<const DatasetInfo>> infos_;
   std::map<std::string, ArrayPtr> arrays_;

@@ -16,6 +16,7 @@
 #include "core/engine.h"
 #include "core/euxfel/h5meta.h"
 #include "core/h5file.h"
+#include "core/h5lib.h"
 #include "core/log.h"
 
 extern char** environ;
@@ -237,8 +238,11 @@ void HelperPool::check_bad(const std::string& file) {
   struct stat st;
   const bool changed = ::stat(file.c_str(), &st) != 0 || identity_of(st) != it->second.id;
   if (changed || Clock::now() >= it->second.retry_at) return;  // retried (kept for the backoff)
-  fail(EIO, file + ": skipped, marked bad after the HDF5 helper " + it->second.why + " (retried " +
-                std::to_string(remaining_ms(it->second.retry_at) / 1000 + 1) + " s from now or when the file changes)");
+  // Logged once, when the helper failed; each request skipped since is not logged again.
+  throw Error(EIO,
+              file + ": skipped, marked bad after the HDF5 helper " + it->second.why + " (retried " +
+                  std::to_string(remaining_ms(it->second.retry_at) / 1000 + 1) + " s from now or when the file changes)",
+              true);
 }
 
 void HelperPool::mark_bad(const std::string& file, const std::string& why) {
@@ -301,7 +305,7 @@ std::string HelperPool::call(proto::Op op, const std::string& file, const std::s
                             "; helper restarted, file marked bad for " +
                             std::to_string(opts_.backoff_ms / 1000) + " s or until it changes";
     log::error(msg);
-    throw Error(EIO, msg);
+    throw Error(EIO, msg, true);  // this line is its one log line
   } catch (...) {
     kill_slot(s, nullptr);
     release(i);
@@ -424,14 +428,32 @@ std::string dispatch(Engine& engine, Op op, proto::In& in, const std::string& fi
     case Op::MetaReadStrings: proto::put(o, meta::read_strings(*f, arg<std::string>(in))); break;
     case Op::MetaListDatasets: proto::put(o, meta::list_datasets(*f, arg<std::string>(in))); break;
     case Op::MetaListMembers: proto::put(o, meta::list_members(*f, arg<std::string>(in))); break;
+    case Op::MetaSequenceFile: proto::put(o, meta::read_sequence_file(*f, arg<bool>(in))); break;
   }
   in.end();
   return o.take();
 }
 
+// A truncated file is served only where nothing past its cut was needed (h5lib.h,
+// open_truncated): when a read past the cut was refused during this request, its answer is
+// refused too, even if libhdf5 or our code went on without those bytes (a link left out as
+// dangling, an attribute skipped), and what this helper holds of the files concerned is dropped,
+// so no later answer can come from metadata read for this one.
+// `answered`: the request succeeded (else its own error, which names the refused read, stands).
+void refuse_reads_past_end(Engine& engine, const std::string& file, const std::string& object, Op op,
+                           bool answered) {
+  const std::vector<std::string> cut = h5::take_reads_past_end();
+  if (cut.empty()) return;
+  for (const std::string& p : cut) engine.forget_file(p);
+  if (answered)
+    fail(EIO, file + ":" + object + ": " + proto::op_name(op) + " needs bytes past the end of the truncated file " +
+                  cut.front() + " (refused)");
+}
+
 }  // namespace
 
 int serve(int fd) {
+  h5::allow_truncated_files(true);  // every answer is checked by refuse_reads_past_end
   EngineOptions eo;
   eo.threads = 1;
   eo.cache_bytes = 16ull << 20;
@@ -463,7 +485,19 @@ int serve(int fd) {
         write_blocking(fd, junk, sizeof junk);
         continue;
       }
-      reply = dispatch(engine, op, in, file);
+      std::string object;  // every request's first argument is the object's path
+      try {
+        proto::In peek = in;
+        object = peek.str();
+      } catch (const Error&) {
+      }
+      try {
+        reply = dispatch(engine, op, in, file);
+      } catch (...) {
+        refuse_reads_past_end(engine, file, object, op, false);
+        throw;
+      }
+      refuse_reads_past_end(engine, file, object, op, true);
       if (reply.size() > limit) fail(EIO, file + ": " + proto::op_name(op) + ": reply of " + std::to_string(reply.size()) + " bytes is above the limit");
       rh.kind = proto::kReplyOk;
     } catch (const std::exception& e) {

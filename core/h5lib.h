@@ -5,8 +5,10 @@
 #pragma once
 #include <hdf5.h>
 
+#include <cstdint>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace h5d::h5 {
 
@@ -58,5 +60,21 @@ using ChunkIterOp = int (*)(const hsize_t* offset, unsigned filter_mask, haddr_t
                             hsize_t size, void* op_data);
 using ChunkIterFn = herr_t (*)(hid_t dset_id, hid_t dxpl_id, ChunkIterOp cb, void* op_data);
 ChunkIterFn chunk_iter();
+
+// Truncated files (h5truncated.cpp). libhdf5 refuses a file shorter than the end of address
+// space its superblock stores. The helper (and only it: allow_truncated_files) retries such a
+// file with a read-only driver that accepts it and fails every read reaching past the real end.
+void allow_truncated_files(bool on);
+bool truncated_files_allowed();
+// H5Fopen of `path` read-only through that driver; its real size and stored end of address
+// space. -1 when libhdf5 refuses it even so (`why`: its reason).
+hid_t open_truncated(const std::string& path, uint64_t* real_size, uint64_t* eoa, std::string* why);
+// The files (paths) a read was refused in, past their real end, since the last call.
+std::vector<std::string> take_reads_past_end();
+// How many such refusals are pending; forget_reads_past_end(n) forgets those after the first n,
+// for a caller that has dealt with them (list_group leaves out a member whose object header lies
+// past the cut: libhdf5 kept nothing of it).
+size_t pending_reads_past_end();
+void forget_reads_past_end(size_t keep);
 
 }  // namespace h5d::h5

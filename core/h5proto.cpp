@@ -25,6 +25,7 @@ const char* op_name(Op op) {
     case Op::MetaListDatasets: return "list_datasets";
     case Op::MetaListMembers: return "list_members";
     case Op::DatasetDetails: return "dataset_details";
+    case Op::MetaSequenceFile: return "read_sequence_file";
   }
   return "?";
 }
@@ -397,6 +398,45 @@ void validate(DatasetInfo& d, const StorageInfo& st) {
       return;
     }
   }
+}
+
+void put(Out& o, const euxfel::meta::IndexArrays& v) {
+  put(o, v.firsts);
+  put(o, v.counts);
+  put(o, v.error);
+}
+
+void get(In& in, euxfel::meta::IndexArrays& v) {
+  get(in, v.firsts);
+  get(in, v.counts);
+  get(in, v.error);
+  if (v.firsts.size() != v.counts.size()) in.bad("INDEX first and count of different lengths");
+}
+
+void put(Out& o, const euxfel::meta::SequenceMeta& v) {
+  put(o, v.format_version);
+  put(o, v.train_ids);
+  put(o, v.valid);
+  put(o, v.control_sources);
+  put(o, v.instrument_sources);
+  put(o, v.legacy);
+  put(o, v.source_groups);
+  put(o, v.index);
+  put(o, v.notes);
+  put(o, v.metadata_values);
+}
+
+void get(In& in, euxfel::meta::SequenceMeta& v) {
+  get(in, v.format_version);
+  get(in, v.train_ids);
+  get(in, v.valid);
+  get(in, v.control_sources);
+  get(in, v.instrument_sources);
+  get(in, v.legacy);
+  get(in, v.source_groups);
+  get(in, v.index);
+  get(in, v.notes);
+  get(in, v.metadata_values);
 }
 
 }  // namespace h5d::proto

@@ -4,19 +4,21 @@
 // a half-written reply) costs an Error(EIO), never an unbounded allocation or a bad index.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/euxfel/h5meta.h"
 #include "core/h5file.h"
 #include "core/value.h"
 
 namespace h5d::proto {
 
 constexpr uint32_t kMagic = 0x49443548;  // "H5DI" little-endian
-constexpr uint16_t kVersion = 1;
+constexpr uint16_t kVersion = 2;  // 2: MetaSequenceFile
 constexpr size_t kHeaderSize = 16;        // magic u32, version u16, kind u16, seq u32, length u32
 constexpr uint32_t kMaxRequest = 1u << 20;
 constexpr uint32_t kMaxMetaReply = 64u << 20;  // metadata replies (listings, attributes, ...)
@@ -43,7 +45,8 @@ enum class Op : uint16_t {
   MetaListDatasets,
   MetaListMembers,
   DatasetDetails,
-  Last = DatasetDetails,
+  MetaSequenceFile,  // everything Run::open reads from one sequence file (meta::read_sequence_file)
+  Last = MetaSequenceFile,
 };
 const char* op_name(Op op);
 
@@ -118,6 +121,8 @@ void put(Out& o, ObjectKind v);
 void put(Out& o, const DatasetInfo& v);
 void put(Out& o, const StorageInfo& v);
 void put(Out& o, const std::vector<uint8_t>& v);
+void put(Out& o, const euxfel::meta::IndexArrays& v);
+void put(Out& o, const euxfel::meta::SequenceMeta& v);
 template <class A, class B>
 void put(Out& o, const std::pair<A, B>& v) {
   put(o, v.first);
@@ -127,6 +132,11 @@ template <class T>
 void put(Out& o, const std::vector<T>& v) {
   o.u64(v.size());
   for (const auto& x : v) put(o, x);
+}
+template <class K, class V>
+void put(Out& o, const std::map<K, V>& m) {
+  o.u64(m.size());
+  for (const auto& kv : m) put(o, kv);
 }
 
 void get(In& in, bool& v);
@@ -144,6 +154,8 @@ void get(In& in, ObjectKind& v);
 void get(In& in, DatasetInfo& v);
 void get(In& in, StorageInfo& v);
 void get(In& in, std::vector<uint8_t>& v);
+void get(In& in, euxfel::meta::IndexArrays& v);
+void get(In& in, euxfel::meta::SequenceMeta& v);
 template <class A, class B>
 void get(In& in, std::pair<A, B>& v) {
   get(in, v.first);
@@ -155,6 +167,16 @@ void get(In& in, std::vector<T>& v) {
   v.clear();
   v.resize(n);
   for (auto& x : v) get(in, x);
+}
+template <class K, class V>
+void get(In& in, std::map<K, V>& m) {
+  const size_t n = in.count();
+  m.clear();
+  for (size_t i = 0; i < n; ++i) {
+    std::pair<K, V> kv;
+    get(in, kv);
+    if (!m.emplace(std::move(kv)).second) in.bad("a key twice in a map");
+  }
 }
 
 // Checks a dataset's metadata from a helper for consistency (ranks, sizes, offsets); throws

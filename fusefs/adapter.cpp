@@ -140,10 +140,16 @@ double entry_timeout(fuse_req_t req, const vfs::Attr& a) {
 // ENOENT only at debug level), counted, replied.
 void fail_request(fuse_req_t req, const char* op, uint64_t ino, std::exception_ptr e) {
   std::string msg;
-  const int err = errno_of(e, &msg);
+  bool logged = false;
+  const int err = errno_of(e, &msg, &logged);
   Context& c = ctx(req);
   if (c.vfs) c.vfs->note_error(err);
   const std::string line = std::string(op) + " (inode " + std::to_string(ino) + "): " + msg;
+  if (logged) {  // its one line is in the log already (a failed HDF5 helper)
+    log::debug(line);
+    fuse_reply_err(req, err);
+    return;
+  }
   switch (err) {
     case ENOENT: case EROFS: case EISDIR: case ENOTDIR: case EINVAL:
       log::debug(line);
@@ -503,11 +509,12 @@ fuse_lowlevel_ops make_ops() {
 
 }  // namespace
 
-int errno_of(std::exception_ptr e, std::string* message) {
+int errno_of(std::exception_ptr e, std::string* message, bool* logged) {
   try {
     std::rethrow_exception(e);
   } catch (const Error& x) {
     *message = x.what();
+    if (logged) *logged = x.logged();
     return x.code() > 0 ? x.code() : EIO;
   } catch (const std::bad_alloc&) {
     *message = "out of memory";

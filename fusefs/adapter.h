@@ -95,6 +95,6 @@ struct Context {
 const fuse_lowlevel_ops& operations();
 
 // The errno for an exception (h5d::Error's code; ENOMEM; EIO for anything else).
-int errno_of(std::exception_ptr e, std::string* message);
+int errno_of(std::exception_ptr e, std::string* message, bool* logged = nullptr);
 
 }  // namespace h5d::fusefs

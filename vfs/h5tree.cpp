@@ -378,7 +378,7 @@ void add_dataset_files(const TreeContext& ctx, std::vector<ChildEntry>& out, H5F
     info = file.dataset_info(dset_path);
   } catch (const std::exception& e) {
     // Unreadable metadata: show the sidecar alone, saying why, instead of failing the listing.
-    log::warn(what + ": " + e.what());
+    if (!already_logged(e)) log::warn(what + ": " + e.what());
     nlohmann::json j = {{"sidecar_version", kSidecarVersion}, {"file", fpath},
                         {"path", dset_path}, {"is_array", false}, {"error", e.what()}};
     const std::string text = json_text(j);

@@ -4,8 +4,12 @@
 // for bulk data: key arrays read through H5File::dataset_array (the direct path).
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "core/value.h"
 
 namespace h5d {
 class H5File;
@@ -44,6 +48,22 @@ struct IndexArrays {
 };
 std::vector<IndexArrays> read_index(H5File& f, const std::string& base,
                                     const std::vector<std::string>& groups, uint64_t n);
+
+// Everything Run::open reads from one sequence file (run.cpp, read_sequence_file): in the
+// daemon one HDF5 helper request per file instead of one per item.
+struct SequenceMeta {
+  std::string format_version;              // "0.5" when METADATA/dataFormatVersion is absent
+  std::vector<uint64_t> train_ids;         // INDEX/trainId, zeros removed
+  std::vector<uint8_t> valid;              // one per train
+  std::vector<std::string> control_sources, instrument_sources;
+  std::map<std::string, std::string> legacy;                     // legacy -> canonical source
+  std::map<std::string, std::vector<std::string>> source_groups;  // index groups per source
+  std::map<std::string, IndexArrays> index;                        // by INDEX path
+  std::vector<std::string> notes;          // for Run::errors
+  std::vector<std::pair<std::string, Value>> metadata_values;  // METADATA (with_metadata only)
+};
+// Throws Error (the file is then skipped, as EXtra-data skips it) when it is no sequence file.
+SequenceMeta read_sequence_file(H5File& f, bool with_metadata);
 
 // A 1-d string dataset (variable or fixed length) as strings; empty strings kept.
 std::vector<std::string> read_strings(H5File& f, const std::string& path);

@@ -18,6 +18,7 @@
 #include "core/euxfel/h5meta.h"
 #include "core/euxfel/live.h"
 #include "core/h5file.h"
+#include "core/h5helper.h"
 #include "core/log.h"
 
 namespace h5d::euxfel {
@@ -279,6 +280,117 @@ void Run::leave_out_files_being_written(std::vector<std::string>& paths) {
 
 constexpr size_t kProgressFiles = 100;
 
+// What Run::load_files takes from one sequence file. In the daemon the whole of it is one HDF5
+// helper request (it runs there, in process): listing a run costs one round trip per file.
+meta::SequenceMeta meta::read_sequence_file(H5File& f, bool with_metadata) {
+  if (HelperPool* hp = f.engine().helpers()) {
+    auto m = helper::call<SequenceMeta>(*hp, proto::Op::MetaSequenceFile, f.path(), "/", with_metadata);
+    if (m.valid.size() != m.train_ids.size())
+      fail(EIO, f.path() + ": sequence file metadata from the HDF5 helper: " + std::to_string(m.valid.size()) +
+                    " validity flags for " + std::to_string(m.train_ids.size()) + " trains");
+    return m;
+  }
+  SequenceMeta m;
+  // One libhdf5 call per item: each read is its own existence check.
+  const std::string name = f.path().substr(f.path().find_last_of('/') + 1);
+  std::vector<uint64_t> tid;
+  if (!meta::try_read_u64(f, "/INDEX/trainId", tid))
+    fail(EIO, "INDEX/trainId dataset not found");
+  try {
+    auto v = meta::read_strings(f, "/METADATA/dataFormatVersion");
+    m.format_version = v.empty() ? "0.5" : v[0];
+  } catch (const Error& e) {
+    if (e.code() != ENOENT) throw;
+    m.format_version = "0.5";
+  }
+  for (uint64_t t : tid)
+    if (t != 0) m.train_ids.push_back(t);
+  std::vector<int64_t> flag;
+  if (m.format_version == "0.5") {
+    m.valid = guess_valid_trains(m.train_ids);
+  } else if (meta::try_read_i64(f, "/INDEX/flag", flag, m.train_ids.size())) {
+    m.valid.assign(m.train_ids.size(), 1);
+    for (size_t i = 0; i < m.train_ids.size(); ++i) {
+      bool v = i < flag.size() ? flag[i] != 0 : true;
+      if (m.format_version == "1.1") v = !v;  // 1.1 stored an index: 0 = valid
+      m.valid[i] = v;
+    }
+  } else {
+    m.valid.assign(m.train_ids.size(), 1);
+    m.notes.push_back(name + ": format " + m.format_version + " without INDEX/flag: all trains taken as valid");
+  }
+  std::string src_path = m.format_version == "0.5" ? "/METADATA/dataSourceId"
+                                                     : "/METADATA/dataSources/dataSourceId";
+  std::vector<std::string> source_ids;
+  try {
+    source_ids = meta::read_strings(f, src_path);
+  } catch (const Error& e) {
+    if (e.code() != ENOENT) throw;
+    fail(EIO, src_path + " not found");
+  }
+  std::set<std::string> control, instrument;
+  for (const std::string& id : source_ids) {
+    if (id.empty()) continue;
+    size_t slash = id.find('/');
+    std::string category = id.substr(0, slash);
+    std::string h5src = slash == std::string::npos ? "" : id.substr(slash + 1);
+    if (category == "INSTRUMENT") {
+      size_t colon = h5src.find(':');
+      std::string device = h5src.substr(0, colon);
+      std::string chan_grp = colon == std::string::npos ? "" : h5src.substr(colon + 1);
+      size_t gslash = chan_grp.find('/');
+      std::string chan = chan_grp.substr(0, gslash);
+      std::string source = device + ":" + chan;
+      if (gslash != std::string::npos && gslash + 1 < chan_grp.size())
+        m.source_groups[source].push_back(chan_grp.substr(gslash + 1));
+      if (instrument.insert(source).second) {
+        std::string target = meta::soft_link_target(f, "/INSTRUMENT/" + source);
+        if (!target.empty()) {
+          // "/INSTRUMENT/<canonical>" -> "<canonical>"
+          std::string rest = target.substr(1);
+          size_t s2 = rest.find('/');
+          m.legacy[source] = s2 == std::string::npos ? "" : rest.substr(s2 + 1);
+        }
+      }
+    } else if (category == "CONTROL") {
+      if (control.insert(h5src).second) m.source_groups[h5src].push_back("");
+    } else if (category == "Karabo_TimerServer") {
+      // format 1.1 pseudo-source: ignored as EXtra-data does
+    } else {
+      fail(EIO, "Unknown data category '" + category + "'");
+    }
+  }
+  m.control_sources.assign(control.begin(), control.end());
+  m.instrument_sources.assign(instrument.begin(), instrument.end());
+  // The INDEX arrays of every (source, group), while the file is open: listing a source
+  // later needs no sequence file opened again.
+  for (auto& [source, groups] : m.source_groups) {
+    std::sort(groups.begin(), groups.end());
+    groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
+    if (m.legacy.count(source) || m.train_ids.empty()) continue;  // read via canonical name
+    std::string base = "/INDEX/" + source;
+    std::vector<meta::IndexArrays> arrays = meta::read_index(f, base, groups, m.train_ids.size());
+    for (size_t gi = 0; gi < groups.size(); ++gi)
+      m.index[base + (groups[gi].empty() ? "" : "/" + groups[gi])] = std::move(arrays[gi]);
+  }
+  if (with_metadata) {
+    if (m.format_version == "0.5") {
+      m.metadata_values.emplace_back("dataFormatVersion", Value::string("0.5"));
+    } else {
+      for (const std::string& n : meta::list_members(f, "/METADATA")) {
+        std::string p = "/METADATA/" + n;
+        if (!meta::is_dataset(f, p)) continue;
+        try {
+          m.metadata_values.emplace_back(n, first_element(f.read_value(p, 1000)));
+        } catch (const std::exception& e) {
+          log::debug("euxfel: " + f.path() + ":" + p + ": " + e.what());
+        }
+      }
+    }
+  }
+  return m;
+}
+
 void Run::load_files(const std::vector<std::string>& paths) {
   // A long scan says how far it got (at info level): every 100 files, or every 2 s.
   const bool long_scan = paths.size() >= kProgressFiles;
@@ -300,110 +412,26 @@ void Run::load_files(const std::vector<std::string>& paths) {
     sf.size = file_size(path);
     try {
       auto f = engine_.open_file(path);
-      // One libhdf5 call per item: each read is its own existence check.
-      std::vector<uint64_t> tid;
-      if (!meta::try_read_u64(*f, "/INDEX/trainId", tid))
-        fail(EIO, "INDEX/trainId dataset not found");
-      try {
-        auto v = meta::read_strings(*f, "/METADATA/dataFormatVersion");
-        sf.format_version = v.empty() ? "0.5" : v[0];
-      } catch (const Error& e) {
-        if (e.code() != ENOENT) throw;
-        sf.format_version = "0.5";
+      meta::SequenceMeta m = meta::read_sequence_file(*f, files_.empty());
+      sf.format_version = std::move(m.format_version);
+      sf.train_ids = std::move(m.train_ids);
+      sf.valid = std::move(m.valid);
+      sf.control_sources = std::move(m.control_sources);
+      sf.instrument_sources = std::move(m.instrument_sources);
+      sf.legacy = std::move(m.legacy);
+      sf.source_groups = std::move(m.source_groups);
+      for (auto& [index_path, arrays] : m.index) {
+        auto fi = std::make_shared<FileIndex>();
+        fi->firsts = std::move(arrays.firsts);
+        fi->counts = std::move(arrays.counts);
+        fi->error = std::move(arrays.error);
+        sf.index[index_path] = std::move(fi);
       }
-      for (uint64_t t : tid)
-        if (t != 0) sf.train_ids.push_back(t);
-      std::vector<int64_t> flag;
-      if (sf.format_version == "0.5") {
-        sf.valid = guess_valid_trains(sf.train_ids);
-      } else if (meta::try_read_i64(*f, "/INDEX/flag", flag, sf.train_ids.size())) {
-        sf.valid.assign(sf.train_ids.size(), 1);
-        for (size_t i = 0; i < sf.train_ids.size(); ++i) {
-          bool v = i < flag.size() ? flag[i] != 0 : true;
-          if (sf.format_version == "1.1") v = !v;  // 1.1 stored an index: 0 = valid
-          sf.valid[i] = v;
-        }
-      } else {
-        sf.valid.assign(sf.train_ids.size(), 1);
-        note_error(sf.name + ": format " + sf.format_version +
-                   " without INDEX/flag: all trains taken as valid");
-      }
-      std::string src_path = sf.format_version == "0.5" ? "/METADATA/dataSourceId"
-                                                         : "/METADATA/dataSources/dataSourceId";
-      std::vector<std::string> source_ids;
-      try {
-        source_ids = meta::read_strings(*f, src_path);
-      } catch (const Error& e) {
-        if (e.code() != ENOENT) throw;
-        fail(EIO, src_path + " not found");
-      }
-      std::set<std::string> control, instrument;
-      for (const std::string& id : source_ids) {
-        if (id.empty()) continue;
-        size_t slash = id.find('/');
-        std::string category = id.substr(0, slash);
-        std::string h5src = slash == std::string::npos ? "" : id.substr(slash + 1);
-        if (category == "INSTRUMENT") {
-          size_t colon = h5src.find(':');
-          std::string device = h5src.substr(0, colon);
-          std::string chan_grp = colon == std::string::npos ? "" : h5src.substr(colon + 1);
-          size_t gslash = chan_grp.find('/');
-          std::string chan = chan_grp.substr(0, gslash);
-          std::string source = device + ":" + chan;
-          if (gslash != std::string::npos && gslash + 1 < chan_grp.size())
-            sf.source_groups[source].push_back(chan_grp.substr(gslash + 1));
-          if (instrument.insert(source).second) {
-            std::string target = meta::soft_link_target(*f, "/INSTRUMENT/" + source);
-            if (!target.empty()) {
-              // "/INSTRUMENT/<canonical>" -> "<canonical>"
-              std::string rest = target.substr(1);
-              size_t s2 = rest.find('/');
-              sf.legacy[source] = s2 == std::string::npos ? "" : rest.substr(s2 + 1);
-            }
-          }
-        } else if (category == "CONTROL") {
-          if (control.insert(h5src).second) sf.source_groups[h5src].push_back("");
-        } else if (category == "Karabo_TimerServer") {
-          // format 1.1 pseudo-source: ignored as EXtra-data does
-        } else {
-          fail(EIO, "Unknown data category '" + category + "'");
-        }
-      }
-      sf.control_sources.assign(control.begin(), control.end());
-      sf.instrument_sources.assign(instrument.begin(), instrument.end());
-      // The INDEX arrays of every (source, group), while the file is open: listing a source
-      // later needs no sequence file opened again.
-      for (auto& [source, groups] : sf.source_groups) {
-        std::sort(groups.begin(), groups.end());
-        groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
-        if (sf.legacy.count(source) || sf.train_ids.empty()) continue;  // read via canonical name
-        std::string base = "/INDEX/" + source;
-        std::vector<meta::IndexArrays> arrays =
-            meta::read_index(*f, base, groups, sf.train_ids.size());
-        for (size_t gi = 0; gi < groups.size(); ++gi) {
-          auto fi = std::make_shared<FileIndex>();
-          fi->firsts = std::move(arrays[gi].firsts);
-          fi->counts = std::move(arrays[gi].counts);
-          fi->error = std::move(arrays[gi].error);
-          sf.index[base + (groups[gi].empty() ? "" : "/" + groups[gi])] = std::move(fi);
-        }
-      }
+      for (const std::string& n : m.notes) note_error(n);
       if (files_.empty()) {
         // Run metadata from the first file (DataCollection.run_metadata uses files[0]).
         format_version_ = sf.format_version;
-        if (sf.format_version == "0.5") {
-          metadata_values_.emplace_back("dataFormatVersion", Value::string("0.5"));
-        } else {
-          for (const std::string& n : meta::list_members(*f, "/METADATA")) {
-            std::string p = "/METADATA/" + n;
-            if (!meta::is_dataset(*f, p)) continue;
-            try {
-              metadata_values_.emplace_back(n, first_element(f->read_value(p, 1000)));
-            } catch (const std::exception& e) {
-              log::debug("euxfel: " + path + ":" + p + ": " + e.what());
-            }
-          }
-        }
+        metadata_values_ = std::move(m.metadata_values);
       }
     } catch (const std::exception& e) {
       // DataCollection.from_paths: "Skipping file ..." and goes on with the others.

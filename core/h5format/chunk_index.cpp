@@ -17,7 +17,7 @@ void IndexContext::add(const Where& w, const uint64_t* scaled, uint64_t rel_addr
   if (++records > record_limit)
     fail_at(w, "more chunk records (" + std::to_string(records) + ") than chunks in the dataspace (" +
                    std::to_string(record_limit) + ")");
-  const uint64_t fsize = src.size();
+  const uint64_t fsize = std::max(src.size(), geo.stored_end);
   if (rel_addr >= fsize || geo.base > fsize - rel_addr || size > fsize - rel_addr - geo.base)
     fail_at(w, "chunk at address " + std::to_string(rel_addr) + " (+ base " + std::to_string(geo.base) +
                    ") of " + std::to_string(size) + " bytes extends beyond the end of the file (" +
@@ -93,8 +93,8 @@ void read_implicit(IndexContext& ctx) {
     if (mul_overflows(nslots, g, &nslots)) fail_at(w, "too many chunks");
   }
   uint64_t total = 0;
-  if (mul_overflows(nslots, ctx.chunk_bytes, &total) || total > ctx.src.size() ||
-      l.index_addr > ctx.src.size() - total)
+  const uint64_t fsize = std::max(ctx.src.size(), ctx.geo.stored_end);
+  if (mul_overflows(nslots, ctx.chunk_bytes, &total) || total > fsize || l.index_addr > fsize - total)
     fail_at(w, std::to_string(nslots) + " chunks of " + std::to_string(ctx.chunk_bytes) +
                    " bytes extend beyond the end of the file");
   const uint64_t rel = l.index_addr - ctx.geo.base;

@@ -22,7 +22,16 @@ struct FileGeometry {
   uint64_t base = 0;           // user block size: every stored address is relative to it
   uint8_t sizeof_offsets = 8;  // H5Pget_sizes
   uint8_t sizeof_lengths = 8;
+  // The end of address space the superblock stores (absolute; read_stored_end), 0 when not
+  // known. A chunk record up to it is kept even where it lies past the file's real end (a
+  // truncated file): that chunk alone fails when it is read (dataset.cpp, check_in_file).
+  uint64_t stored_end = 0;
 };
+
+// The end of address space stored in the superblock (its end of file address, absolute, moved as
+// libhdf5 moves it when the superblock is not at its base address), found where libhdf5 looks
+// for a superblock (offset 0, 512, 1024, ...); 0 when there is none or its fields are implausible. A file shorter than this was cut (copied in part, a writer crashed).
+uint64_t read_stored_end(const ByteSource& src);
 
 enum class LayoutClass { Compact = 0, Contiguous = 1, Chunked = 2, Virtual = 3 };
 enum class ChunkIndexType {

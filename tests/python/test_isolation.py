@@ -196,6 +196,11 @@ def test_a_helper_that_dies_or_talks_garbage_costs_only_its_file(mode):
         log = m.log()
         want = {'abort': 'crashed (signal 6', 'segv': 'crashed (signal 11', 'garbage': 'bad reply'}[mode]
         assert want in log and 'victim.h5' in log, log
+        # One failure, one log line (the pool's, naming the file and the call): not another for
+        # the FUSE reply, nor for the request refused while the file is marked bad.
+        lines = [ln for ln in log.splitlines() if 'victim.h5' in ln]
+        assert len(lines) == 1 and want in lines[0] and 'list_group' in lines[0], lines
+        assert m.stats()['error_replies']['EIO'] >= 2
     finally:
         m.close()
 
@@ -218,5 +223,28 @@ def test_library_reads_go_through_the_helper():
         assert 'library_read' in m.log()
         check_good(m.path('good.h5'), good)
         assert daemon_alive(m)
+    finally:
+        m.close()
+
+
+def test_run_open_asks_one_helper_request_per_sequence_file():
+    """Everything Run::open reads from a sequence file (train IDs, flags, sources, INDEX
+    first/count of every source, the first file's METADATA) comes in one helper request per
+    file (meta::read_sequence_file): the boundary's cost per request is paid once per file, not
+    once per item (2396 requests for a 340-file run before, docs/benchmarks.md)."""
+    import euxfel_mock
+    d = make_tmpdir('iso-run-')
+    run = euxfel_mock.build(d, scenario='bench', modules=2, seq_files=3, trains_per_file=2)
+    files = [f for f in os.listdir(run) if f.endswith('.h5')]
+    m = Mount(run)
+    try:
+        # The run is opened at mount: its root lists the sources without further requests.
+        assert 'SPB_DET_AGIPD1M-1' in os.listdir(m.mnt)
+        helper = m.stats()['hdf5_helper']
+        assert helper['requests'] == len(files), (helper, files)
+        assert helper['failures'] == 0
+        # What was read is what the files hold: the train IDs of every file, in order.
+        tids = np.load(m.path('trainId.npy'))
+        assert len(tids) > 0 and np.all(np.diff(tids.astype(np.int64)) > 0)
     finally:
         m.close()

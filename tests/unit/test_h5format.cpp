@@ -6,6 +6,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -833,4 +834,45 @@ TEST_CASE("h5format: v1 B-tree keys and chunk extents checked against each other
     REQUIRE(p.map.damage(0));
     CHECK_THAT(*p.map.damage(0), Catch::Matchers::Contains("v1 B-tree node"));
   }
+}
+
+TEST_CASE("h5format: read_stored_end gives the end libhdf5 stored, also after a cut", "[h5format]") {
+  QuietHdf5 quiet;
+  int checked = 0;
+  for (bool latest : {false, true}) {
+    for (hsize_t ub : {hsize_t(0), hsize_t(512), hsize_t(4096)}) {
+      for (size_t offsets : {size_t(8), size_t(4)}) {
+        FixtureSpec s = spec(latest, {40, 9}, {}, {3, 4}, true, WritePattern::All);
+        s.userblock = ub;
+        s.sizeof_offsets = offsets;
+        const std::string path = h5format_tmp_path("stored_end_" + std::to_string(latest) + "_" + std::to_string(ub) +
+                                                   "_" + std::to_string(offsets) + ".h5");
+        try {
+          create_fixture(path, s);
+        } catch (const std::runtime_error& e) {
+          WARN("libhdf5 refused this geometry (latest=" << latest << ", offsets=" << offsets << "): " << e.what());
+          continue;
+        }
+        INFO(path);
+        // The oracle: libhdf5's own idea of the file's end, for a file it closed.
+        hid_t fid = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+        REQUIRE(fid >= 0);
+        hsize_t size = 0;
+        REQUIRE(H5Fget_filesize(fid, &size) >= 0);
+        H5Fclose(fid);
+        std::vector<uint8_t> bytes = read_file_bytes(path);
+        REQUIRE(bytes.size() == size);
+        CHECK(read_stored_end(MemorySource(bytes, path)) == size);
+        // A cut (after the superblock) keeps what the superblock says: that is how a truncated
+        // file is recognised.
+        bytes.resize(std::max<size_t>(bytes.size() / 2, ub + 128));
+        CHECK(read_stored_end(MemorySource(bytes, path)) == size);
+        ++checked;
+      }
+    }
+  }
+  CHECK(checked >= 6);
+  // No superblock, or one cut short: unknown (0), never an exception.
+  CHECK(read_stored_end(MemorySource(std::vector<uint8_t>(4096, 0), "zeros")) == 0);
+  CHECK(read_stored_end(MemorySource(std::vector<uint8_t>{0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n', 0}, "short")) == 0);
 }

@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+#include <hdf5.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -119,4 +121,70 @@ TEST_CASE("helpers: one killed while idle is restarted, its files are not marked
   ::usleep(100000);
   CHECK(h->kind_of("/x") == ObjectKind::Dataset);
   CHECK(e.helpers()->failures() == 0);
+}
+
+TEST_CASE("helpers: a truncated file serves the chunks before the cut, EIO past it", "[h5helper]") {
+  FileSpec f;
+  f.path = scratch_path("helper_truncated.h5");
+  ::unlink(f.path.c_str());
+  DsetSpec first;
+  first.name = "first";
+  first.layout = "contiguous";
+  first.dims = {64, 32};
+  write_dataset(f, first);
+  DsetSpec d;
+  d.name = "data";
+  d.dims = {40, 256};
+  d.chunks = {4, 256};  // 10 chunks of 2 KiB, written last: at the end of the file
+  d.deflate = true;
+  write_dataset(f, d, 7);
+  const std::vector<uint8_t> want_first = h5_read_all(f.path, "/first"), want = h5_read_all(f.path, "/data");
+  struct stat st;
+  REQUIRE(::stat(f.path.c_str(), &st) == 0);
+  // Where chunk 7 lies, from libhdf5 (the cut goes through it).
+  haddr_t addr7 = HADDR_UNDEF;
+  {
+    hid_t fid = H5Fopen(f.path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t did = H5Dopen2(fid, "/data", H5P_DEFAULT);
+    hsize_t off[2] = {28, 0};
+    unsigned mask = 0;
+    hsize_t size = 0;
+    REQUIRE(H5Dget_chunk_info_by_coord(did, off, &mask, &addr7, &size) >= 0);
+    H5Dclose(did);
+    H5Fclose(fid);
+    REQUIRE(addr7 + size <= uint64_t(st.st_size));
+  }
+  REQUIRE(::truncate(f.path.c_str(), static_cast<off_t>(addr7 + 100)) == 0);
+
+  // In process libhdf5 refuses the file, as h5py does.
+  EngineOptions local_opts = with_helpers();
+  local_opts.helper.path.clear();
+  Engine local(local_opts);
+  CHECK_THROWS_AS(local.open_file(f.path)->dataset_info("/data"), Error);
+
+  Engine remote(with_helpers());
+  auto rf = remote.open_file(f.path);
+  CHECK(rf->list_group("/").size() == 2);
+  CHECK(read_all(remote, f.path, "/first") == want_first);
+  auto a = rf->dataset_array("/data");
+  const uint64_t chunk = 4 * 256 * 2;
+  std::vector<uint8_t> buf(chunk);
+  for (uint64_t c = 0; c < 10; ++c) {
+    INFO("chunk " << c);
+    if (c < 7) {
+      remote.read_bytes(*a, c * chunk, chunk, buf.data());
+      CHECK(std::memcmp(buf.data(), want.data() + c * chunk, chunk) == 0);
+      continue;
+    }
+    try {
+      remote.read_bytes(*a, c * chunk, chunk, buf.data());
+      FAIL("chunk past the cut read without error");
+    } catch (const Error& e) {
+      CHECK(e.code() == EIO);
+      const std::string msg = e.what();
+      CHECK(msg.find("helper_truncated.h5:/data: chunk (" + std::to_string(c) + ",0)") != std::string::npos);
+      CHECK(msg.find("past the end of the file") != std::string::npos);
+    }
+  }
+  CHECK(remote.helpers()->failures() == 0);
 }

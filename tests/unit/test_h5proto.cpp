@@ -152,7 +152,7 @@ TEST_CASE("h5proto: headers check magic, version and length", "[h5proto]") {
   bad[0] ^= 1;
   CHECK_THROWS_AS(proto::decode_header(bad, 1000), Error);
   std::memcpy(bad, hb, sizeof bad);
-  bad[4] = 2;  // version 2
+  bad[4] = static_cast<uint8_t>(proto::kVersion + 1);  // a version this build does not speak
   CHECK_THROWS_AS(proto::decode_header(bad, 1000), Error);
 }
 
@@ -193,4 +193,53 @@ TEST_CASE("h5proto: validate refuses inconsistent metadata, demotes > 2^63 bytes
   d.fill_value.assign(10000, 0);
   REQUIRE_NOTHROW(proto::validate(d, s));
   CHECK(d.is_array);
+}
+
+TEST_CASE("h5proto: a sequence file's metadata round-trips; truncations and bad INDEX are refused", "[h5proto]") {
+  euxfel::meta::SequenceMeta m;
+  m.format_version = "1.3";
+  m.train_ids = {10000, 10001, 10003};
+  m.valid = {1, 0, 1};
+  m.control_sources = {"SA1_XTD2_XGM/DOOCS/MAIN"};
+  m.instrument_sources = {"SPB_DET_AGIPD1M-1/DET/0CH0:xtdf"};
+  m.legacy = {{"SPB_DET_AGIPD1M-1/DET/0CH0:xtdf", "SPB_DET_AGIPD1M-1/DET/0CH0:xtdf"}};
+  m.source_groups = {{"SA1_XTD2_XGM/DOOCS/MAIN", {""}}, {"SPB_DET_AGIPD1M-1/DET/0CH0:xtdf", {"image", "header"}}};
+  m.index["/INDEX/SA1_XTD2_XGM/DOOCS/MAIN"] = {{0, 1, 2}, {1, 1, 1}, ""};
+  m.index["/INDEX/x/image"] = {{}, {}, "no such group"};
+  m.notes = {"a note"};
+  m.metadata_values = {{"runNumber", Value::string("338")}};
+  proto::Out o;
+  proto::put(o, m);
+  const std::string full = o.take();
+  {
+    proto::In in(full);
+    euxfel::meta::SequenceMeta b;
+    proto::get(in, b);
+    in.end();
+    CHECK(b.format_version == m.format_version);
+    CHECK(b.train_ids == m.train_ids);
+    CHECK(b.valid == m.valid);
+    CHECK(b.control_sources == m.control_sources);
+    CHECK(b.instrument_sources == m.instrument_sources);
+    CHECK(b.legacy == m.legacy);
+    CHECK(b.source_groups == m.source_groups);
+    REQUIRE(b.index.size() == 2);
+    CHECK(b.index["/INDEX/SA1_XTD2_XGM/DOOCS/MAIN"].firsts == std::vector<uint64_t>{0, 1, 2});
+    CHECK(b.index["/INDEX/x/image"].error == "no such group");
+    CHECK(b.notes == m.notes);
+    REQUIRE(b.metadata_values.size() == 1);
+    CHECK(b.metadata_values[0].second.s == "338");
+  }
+  for (size_t n = 0; n < full.size(); n += 7) {
+    INFO(n);
+    proto::In in(full.data(), n);
+    euxfel::meta::SequenceMeta b;
+    CHECK_THROWS_AS((proto::get(in, b), in.end()), Error);
+  }
+  m.index["/INDEX/x/image"] = {{1, 2}, {1}, ""};  // first and count of different lengths
+  proto::Out bad;
+  proto::put(bad, m);
+  proto::In in(bad.data());
+  euxfel::meta::SequenceMeta b;
+  CHECK_THROWS_AS(proto::get(in, b), Error);
 }
