@@ -143,7 +143,7 @@ def test_max_open_files_above_the_descriptor_limit_is_lowered(mount):
     names = [n for n in os.listdir(m.mnt) if n != '.h5direct']
     assert len(names) == 400
     for n in names:  # each file's own directory: the file opened as HDF5 and kept
-        assert sorted(os.listdir(m.path(n))) == ['x.json', 'x.npy', 'x.raw']
+        assert sorted(os.listdir(m.path(n))) == ['.attrs.json', 'x.json', 'x.npy', 'x.raw']
     assert np.array_equal(np.load(m.path('f399.h5', 'x.npy')), np.arange(5))
     s = m.stats()
     assert s['error_replies'] == {}, s['error_replies']
