@@ -387,21 +387,12 @@ void add_dataset_files(const TreeContext& ctx, std::vector<ChildEntry>& out, H5F
   }
   // The bytes may come from other files (an external link to the dataset, VDS sources): who
   // opens the dataset's files must be able to read those as well.
-  std::vector<std::string> others;
-  auto add_other = [&](const std::string& p) {
-    char buf[PATH_MAX];
-    const std::string real = ::realpath(p.c_str(), buf) ? std::string(buf) : p;
-    if (real != fpath && (!meta.source || real != *meta.source) &&
-        std::find(others.begin(), others.end(), real) == others.end()) {
-      others.push_back(real);
-    }
-  };
-  if (info->file != fpath) add_other(info->file);
+  std::vector<std::string> others;  // the file itself is left out by with_also (meta.source)
+  if (info->file != fpath) others.push_back(info->file);
   for (const VdsMapping& v : info->vds) {
-    if (!v.resolved_file.empty()) add_other(v.resolved_file);
+    if (!v.resolved_file.empty()) others.push_back(v.resolved_file);
   }
-  NodeMeta dmeta = meta;
-  if (!others.empty()) dmeta.also = std::make_shared<const std::vector<std::string>>(std::move(others));
+  const NodeMeta dmeta = with_also(meta, others);
   uint64_t npy_offset = 0;
   if (info->is_array) {
     ArraySpec spec;

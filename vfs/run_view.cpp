@@ -470,6 +470,12 @@ class RunDirProvider final : public DirProvider {
       log::warn("run view: " + path_ + ": not shown as a run: " + e.what());
       return make_plain_dir_provider(ctx_, path_, chain_)->list();
     }
+    // Who reads the run view must be able to read the files its bytes come from, as opening
+    // them directly would need: run-wide entries all of the run's files, a source its own.
+    std::vector<std::string> all_files;
+    for (const euxfel::SequenceFile& f : run->files()) all_files.push_back(f.path);
+    if (!run->overview().empty()) all_files.push_back(run->overview());
+    const NodeMeta run_dmeta = with_also(dmeta_, all_files), run_fmeta = with_also(fmeta_, all_files);
     std::vector<ChildEntry> out;
     // Multi-module detectors (EXtra-data's identify_multimod_detectors), by source names only.
     std::vector<std::string> instrument;
@@ -499,15 +505,15 @@ class RunDirProvider final : public DirProvider {
                                      j["detectors"] = dets;
                                      return json_text(j);
                                    },
-                                   fmeta_)});
+                                   run_fmeta)});
     out.push_back({"trainId.npy", make_array_file(ctx_, ArrayFormat::Npy,
                                                   u64_spec(run->train_ids_array(),
                                                            path_ + ": run train IDs"),
-                                                  fmeta_)});
+                                                  run_fmeta)});
     out.push_back({"flag.npy", make_array_file(ctx_, ArrayFormat::Npy,
                                                u64_spec(run->train_flags_array(),
                                                         path_ + ": run train flags"),
-                                               fmeta_)});
+                                               run_fmeta)});
     {
       // INDEX/timestamp of every file is read when timestamp.npy is first opened.
       ArraySpec ts;
@@ -517,7 +523,7 @@ class RunDirProvider final : public DirProvider {
       ts.what = path_ + ": run train timestamps";
       ts.read_path = "memory";
       ts.loader = [run] { return run->train_timestamps_array(); };
-      out.push_back({"timestamp.npy", make_array_file(ctx_, ArrayFormat::Npy, std::move(ts), fmeta_)});
+      out.push_back({"timestamp.npy", make_array_file(ctx_, ArrayFormat::Npy, std::move(ts), run_fmeta)});
     }
     SourceTrie root;
     for (const std::string& name : run->source_names()) {
@@ -533,8 +539,8 @@ class RunDirProvider final : public DirProvider {
         for (const auto& [cname, c] : t.children) {
           if (NodePtr n = build(run, c)) subdirs.push_back({cname, n});
         }
-        out.push_back({name, make_detector_dir(ctx_, run, det->second, std::move(subdirs), dmeta_,
-                                               fmeta_)});
+        out.push_back({name, make_detector_dir(ctx_, run, det->second, std::move(subdirs), run_dmeta,
+                                               run_fmeta)});
         continue;
       }
       if (NodePtr n = build(run, t)) out.push_back({name, n});
@@ -559,9 +565,12 @@ class RunDirProvider final : public DirProvider {
       return std::make_shared<SymlinkNode>(with_perm(fmeta_, 0777),
                                            relative_target(t.source, s.alias_of()));
     }
+    std::vector<std::string> files;
+    for (size_t i : s.files()) files.push_back(run->files()[i].path);
+    if (!run->overview().empty()) files.push_back(run->overview());
+    const NodeMeta dm = with_also(dmeta_, files), fm = with_also(fmeta_, files);
     return std::make_shared<DirNode>(
-        dmeta_, std::make_unique<SourceDirProvider>(ctx_, run, t.source, std::move(subdirs),
-                                                    dmeta_, fmeta_));
+        dm, std::make_unique<SourceDirProvider>(ctx_, run, t.source, std::move(subdirs), dm, fm));
   }
 
   const TreeContext& ctx_;

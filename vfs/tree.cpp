@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -50,6 +51,19 @@ NodeMeta dir_meta(const struct stat& st) { return by_rule(st, MetaRule::Dir); }
 NodeMeta source_meta(const std::string& path, const struct stat& st, MetaRule rule) {
   NodeMeta m = by_rule(st, rule);
   m.source = std::make_shared<const std::string>(path);
+  return m;
+}
+
+NodeMeta with_also(NodeMeta m, const std::vector<std::string>& paths) {
+  std::vector<std::string> others = m.also ? *m.also : std::vector<std::string>{};
+  for (const std::string& p : paths) {
+    char buf[PATH_MAX];
+    const std::string real = ::realpath(p.c_str(), buf) ? std::string(buf) : p;
+    if ((!m.source || real != *m.source) && std::find(others.begin(), others.end(), real) == others.end()) {
+      others.push_back(real);
+    }
+  }
+  if (!others.empty()) m.also = std::make_shared<const std::vector<std::string>>(std::move(others));
   return m;
 }
 

@@ -83,6 +83,9 @@ NodeMeta dir_meta(const struct stat& st);
 NodeMeta source_meta(const std::string& path, const struct stat& st, MetaRule rule);
 // A fixed permission (the source, if any, is still followed for owner, times and access).
 NodeMeta with_perm(NodeMeta m, mode_t perm);
+// `m` whose bytes also come from `paths` (an external link's file, VDS sources, a run's sequence
+// files): each is resolved (realpath) and added to NodeMeta::also unless it is m's own source.
+NodeMeta with_also(NodeMeta m, const std::vector<std::string>& paths);
 // `m` with owner, times and (unless Fixed) permission bits as the source has them now (one
 // stat); `m` itself when it follows no source or the source cannot be stat'ed.
 NodeMeta current_meta(const NodeMeta& m);

@@ -218,3 +218,33 @@ def test_no_creating_through_a_symlink_into_a_private_directory(tree, mount):
     r = as_user(BOB, 'mkdir', m.path('alice', 'to_drop', 'bobs.h5'))
     assert r.returncode == 0, r.stderr
     assert os.stat(osp.join(drop, 'bobs.h5')).st_uid == BOB
+
+
+def test_run_view_needs_read_access_to_the_sequence_files(mount):
+    """A EuXFEL run whose detector module's sequence files are private (0600, root's): alice,
+    who cannot read those files directly, cannot read that source's keys, nor what comes from
+    every file of the run (run.json, trainId.npy), nor list the source; she reads the XGM keys,
+    whose files she may read. Root reads everything."""
+    import euxfel_mock
+    base = tl.make_tmpdir('acc-run-')
+    os.chmod(base, 0o755)
+    run = euxfel_mock.build(base, scenario='bench', modules=1, seq_files=2, image_dims=(2, 16, 8))
+    for d in (base, osp.dirname(run), run):
+        os.chmod(d, 0o755)
+    private = sorted(f for f in os.listdir(run) if 'AGIPD00' in f)
+    assert private
+    for f in private:
+        os.chmod(osp.join(run, f), 0o600)
+        assert not can_read(ALICE, osp.join(run, f))[0]
+    m = mount(run, 'allow_other')
+    xgm = m.path('SA1_XTD2_XGM', 'DOOCS', 'MAIN:output')
+    key = sorted(n for n in os.listdir(xgm) if n.endswith('.npy'))[0]
+    ok, r = can_read(ALICE, osp.join(xgm, key))
+    assert ok and r.stdout == open(osp.join(xgm, key), 'rb').read(), r.stderr
+    det = m.path('SPB_DET_AGIPD1M-1', 'DET', '0CH0:xtdf')
+    for p in (osp.join(det, 'image.data.npy'), m.path('run.json'), m.path('trainId.npy')):
+        assert can_read(0, p)[0], p
+        ok, r = can_read(ALICE, p)
+        assert not ok and b'Permission denied' in r.stderr, (p, r.stdout[:40])
+    r = as_user(ALICE, 'ls', det)
+    assert r.returncode != 0 and b'Permission denied' in r.stderr
