@@ -253,6 +253,21 @@ std::vector<LinkEntry> H5File::list_group(const std::string& group_path) {
             const char* obj = nullptr;
             if (H5Lunpack_elink_val(buf.data(), buf.size(), nullptr, &file, &obj) >= 0)
               e.soft_target = std::string(file ? file : "") + ":" + (obj ? obj : "");
+            // The file libhdf5 found for it (H5Oget_info above opened it).
+            hid_t o = H5Oopen(g.get(), name.c_str(), H5P_DEFAULT);
+            if (o >= 0) {
+              const ssize_t n = H5Fget_name(o, nullptr, 0);
+              if (n > 0) {
+                std::vector<char> fn(static_cast<size_t>(n) + 1, 0);
+                if (H5Fget_name(o, fn.data(), fn.size()) > 0) e.file = fn.data();
+              }
+              H5Oclose(o);
+            }
+            // A relative name libhdf5 found beside this file rather than in the working directory.
+            if (!e.file.empty() && e.file[0] != '/' && !exists(e.file)) {
+              const std::string beside = join_path(dirname_of(path_), e.file);
+              if (exists(beside)) e.file = beside;
+            }
           }
         }
       }

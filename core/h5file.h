@@ -32,6 +32,10 @@ struct LinkEntry {
   // Soft links: the target path inside the file ("/a/b"); empty for hard links. External links
   // are followed like soft links; their target is "file.h5:/path".
   std::string soft_target;
+  // External links: the file the member is in, as libhdf5 resolved and opened it (absolute
+  // when the link's file name resolves to one); empty for members of this file. Reading the
+  // member needs read access to that file too (vfs, check_access).
+  std::string file;
 };
 
 // A regular hyperslab selection (or "all" when is_all). count/block may be ~0 (unlimited).

@@ -273,12 +273,14 @@ void put(Out& o, const LinkEntry& e) {
   o.str(e.name);
   put(o, e.kind);
   o.str(e.soft_target);
+  o.str(e.file);
 }
 
 void get(In& in, LinkEntry& e) {
   e.name = in.str();
   get(in, e.kind);
   e.soft_target = in.str();
+  e.file = in.str();
 }
 
 void put(Out& o, const DatasetInfo& d) {

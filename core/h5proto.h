@@ -18,7 +18,7 @@
 namespace h5d::proto {
 
 constexpr uint32_t kMagic = 0x49443548;  // "H5DI" little-endian
-constexpr uint16_t kVersion = 2;  // 2: MetaSequenceFile
+constexpr uint16_t kVersion = 3;  // 2: MetaSequenceFile; 3: LinkEntry::file
 constexpr size_t kHeaderSize = 16;        // magic u32, version u16, kind u16, seq u32, length u32
 constexpr uint32_t kMaxRequest = 1u << 20;
 constexpr uint32_t kMaxMetaReply = 64u << 20;  // metadata replies (listings, attributes, ...)

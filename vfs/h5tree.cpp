@@ -226,7 +226,10 @@ class GroupProvider final : public DirProvider {
     std::set<std::string> taken;
     for (const auto& m : members) {
       if (m.kind != ObjectKind::Group) continue;
-      out.push_back({m.name, make_group_node(ctx_, file_, join(group_, m.name), dmeta_, fmeta_)});
+      // A group behind an external link: everything below it is read from that file as well.
+      const std::vector<std::string> other = m.file.empty() ? std::vector<std::string>{} : std::vector<std::string>{m.file};
+      out.push_back({m.name, make_group_node(ctx_, file_, join(group_, m.name), with_also(dmeta_, other),
+                                             with_also(fmeta_, other))});
       taken.insert(m.name);
     }
     // The group's (the file's, at the root) attributes: .attrs.json, rendered at its first open

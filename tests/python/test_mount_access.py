@@ -248,3 +248,29 @@ def test_run_view_needs_read_access_to_the_sequence_files(mount):
         assert not ok and b'Permission denied' in r.stderr, (p, r.stdout[:40])
     r = as_user(ALICE, 'ls', det)
     assert r.returncode != 0 and b'Permission denied' in r.stderr
+
+
+def test_external_link_to_a_group_needs_access_to_its_file(tree, mount):
+    """An external link to a *group* of bob's private file (its datasets read through the file
+    the link is in): alice can neither list that group nor read its datasets, as reading bob's
+    file directly; bob can; alice's own datasets beside the link stay readable."""
+    src, _ = tree
+    secret = osp.join(src, 'bob', 'secret.h5')
+    p = osp.join(src, 'alice', 'glink.h5')
+    with h5py.File(p, 'w') as f:
+        f['mine'] = np.arange(4, dtype='<i4')
+        f['theirs'] = h5py.ExternalLink(secret, '/')
+        f['rel'] = h5py.ExternalLink('../bob/secret.h5', '/')
+    os.chown(p, ALICE, ALICE)
+    os.chmod(p, 0o644)
+    m = mount(src, 'allow_other')
+    for g in ('theirs', 'rel'):
+        x = m.path('alice', 'glink.h5', g, 'x.raw')
+        ok, r = can_read(BOB, x)
+        assert ok and r.stdout == X.tobytes(), (g, r.stderr)
+        ok, r = can_read(ALICE, x)
+        assert not ok and b'Permission denied' in r.stderr, (g, r.stdout[:40])
+        r = as_user(ALICE, 'ls', m.path('alice', 'glink.h5', g))
+        assert r.returncode != 0 and b'Permission denied' in r.stderr, g
+    ok, r = can_read(ALICE, m.path('alice', 'glink.h5', 'mine.raw'))
+    assert ok and r.stdout == np.arange(4, dtype='<i4').tobytes()
