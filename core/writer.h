@@ -90,7 +90,13 @@ class Writer {
 
   // Flushes every dataset and file (fsync of the whole mount).
   void flush_all();
-  // Flushes and closes everything (unmount). Later writes fail with EIO.
+  // Flushes and closes everything (unmount); safe to call from any thread, more than once.
+  // From its start, new files, groups and datasets fail with EIO. Writes that return before it
+  // starts are in the files when it returns. A write racing with it either reaches the file
+  // (flushed and synced before close_all returns when it came before that file's turn) or fails
+  // with EIO; it never reaches another file. Writes after it fail with EIO; reads of what was
+  // written keep working while a dataset writer is held. Each file's descriptor is closed when
+  // the last dataset writer of it is released (FileState's destructor).
   void close_all();
 
   struct FileState;
@@ -102,7 +108,10 @@ class Writer {
 
   Engine& engine_;
   WriterOptions opts_;
-  std::mutex mu_;  // guards files_, datasets_, existing_ (taken after the HDF5 lock, never before)
+  // Level 4 of the lock hierarchy in docs/architecture.md: taken after the HDF5 lock, before the
+  // leaf locks (log). Guards files_, datasets_, existing_, closing_.
+  std::mutex mu_;
+  bool closing_ = false;  // close_all has started: no new files, groups or datasets
   std::map<std::string, std::shared_ptr<FileState>> files_;
   std::vector<std::weak_ptr<DatasetWriter>> datasets_;
   std::map<std::string, std::shared_ptr<DatasetWriter>> existing_;
