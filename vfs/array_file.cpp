@@ -36,7 +36,7 @@ class ArrayFileNode final : public FileNode {
   const ArraySpec spec_;
   std::string header_;
   uint64_t data_size_ = 0;
-  std::mutex open_mu_;  // guards last_, opened_
+  std::mutex open_mu_;  // lock level 5 (docs/architecture.md), a leaf; guards last_, opened_
   std::weak_ptr<const Array> last_;  // the array the previous open read from
   bool opened_ = false;
 };
