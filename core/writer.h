@@ -90,13 +90,15 @@ class Writer {
 
   // Flushes every dataset and file (fsync of the whole mount).
   void flush_all();
-  // Flushes and closes everything (unmount); safe to call from any thread, more than once.
-  // From its start, new files, groups and datasets fail with EIO. Writes that return before it
-  // starts are in the files when it returns. A write racing with it either reaches the file
-  // (flushed and synced before close_all returns when it came before that file's turn) or fails
-  // with EIO; it never reaches another file. Writes after it fail with EIO; reads of what was
-  // written keep working while a dataset writer is held. Each file's descriptor is closed when
-  // the last dataset writer of it is released (FileState's destructor).
+  // Flushes and closes everything (unmount); safe from any thread, and more than once.
+  // - From its start, new files, groups and datasets fail with EIO.
+  // - Writes that returned before it started are in the files, synced, when it returns.
+  // - A write racing with it (another thread) either succeeds, and its bytes reach the file
+  //   (synced when it finished before close_all synced that file), or fails with EIO; once one
+  //   fails, every later write to that dataset fails. No write ever reaches another file.
+  // - After it returns every write fails with EIO; reads of what was written still work.
+  // Each file's descriptor is closed when its last dataset writer is released (FileState's
+  // destructor), not here: a racing pwrite never hits a number reused by a later open.
   void close_all();
 
   struct FileState;
