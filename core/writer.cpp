@@ -675,11 +675,14 @@ void Writer::create_file(const std::string& path) {
   auto lk = h5::lock();
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (closing_) fail(EIO, path + ": the writer is closed");
     if (files_.count(path)) fail(EEXIST, path + " exists");
   }
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0) fail(EEXIST, path + " exists");
+  {
+    std::lock_guard<std::mutex> g(mu_);  // close_all sets it under the HDF5 lock, held here
+    if (closing_) fail(EIO, path + ": the writer is closed");
+  }
   // No HDF5 file locking, as H5File opens files for reading (the two opens share one file in
   // libhdf5, which refuses differing locking flags); other processes may read the file meanwhile.
   h5::Handle fapl = h5::check(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
