@@ -145,7 +145,7 @@ class ConcatArray final : public Array {
   Shape trailing_, shape_;
   DType dtype_;
   std::string what_;
-  mutable std::mutex mu_;  // guards arrays_
+  mutable std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards arrays_
   mutable std::vector<ArrayPtr> arrays_;
 };
 

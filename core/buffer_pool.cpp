@@ -22,7 +22,7 @@ struct BufferPool::State {
 
   const uint64_t max_idle;
   const uint64_t reserve;
-  mutable std::mutex mu;  // guards everything below
+  mutable std::mutex mu;  // lock level 5 (docs/architecture.md), a leaf (after ChunkCache shards); guards all below
   std::condition_variable cv;
   std::unordered_map<size_t, SizeClass> sizes;
   std::set<size_t> wanted;  // sizes the background thread should fill up

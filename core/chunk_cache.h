@@ -64,7 +64,7 @@ class ChunkCache {
     bool consumed = false;
   };
   struct Shard {
-    std::mutex mu;   // guards everything below
+    std::mutex mu;   // lock level 5 (docs/architecture.md), a leaf (before BufferPool's); guards all below
     List hot;        // front = most recent
     List done;       // consumed chunks, front = most recent
     std::unordered_map<ChunkKey, Entry, KeyHash> map;

@@ -515,7 +515,8 @@ class ChunkedArray final : public DatasetArray {
   Shape chunk_ext_;
   uint64_t chunk_bytes_ = 0;
   bool filtered_ = false;
-  mutable std::mutex ctx_mu_;  // guards ctx_ creation
+  // Lock level 4 (docs/architecture.md): after the HDF5 lock, before the fd cache. Guards ctx_ creation.
+  mutable std::mutex ctx_mu_;
   mutable std::unique_ptr<ChunkContext> ctx_;
 };
 

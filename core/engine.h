@@ -49,7 +49,7 @@ struct Stats {
   std::map<std::string, uint64_t> fallbacks() const;
 
  private:
-  mutable std::mutex mu_;  // guards fallbacks_
+  mutable std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards fallbacks_
   std::map<std::string, uint64_t> fallbacks_;
 };
 
@@ -95,7 +95,7 @@ class Engine {
   std::unique_ptr<ChunkCache> cache_;
   std::unique_ptr<BufferPool> buffers_;
   std::unique_ptr<HelperPool> helpers_;
-  std::mutex files_mu_;  // guards files_
+  std::mutex files_mu_;  // lock level 4 (docs/architecture.md): after the HDF5 lock; guards files_
   std::map<std::string, std::shared_ptr<H5File>> files_;
 };
 

@@ -67,7 +67,7 @@ class FdCache {
 
  private:
   unsigned max_open_;
-  mutable std::mutex mu_;  // guards lru_, map_
+  mutable std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards lru_, map_
   std::list<std::pair<std::string, std::shared_ptr<const OpenFd>>> lru_;  // front = most recent
   std::unordered_map<std::string, decltype(lru_)::iterator> map_;
 };

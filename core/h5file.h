@@ -147,7 +147,7 @@ class H5File : public std::enable_shared_from_this<H5File> {
   FileIdentity identity_;  // zero when the file could not be stat'ed
   int64_t fid_ = -1;
   bool truncation_logged_ = false;
-  std::mutex mu_;  // guards infos_, arrays_, storage_; taken after the HDF5 lock, never before
+  std::mutex mu_;  // lock level 4 (docs/architecture.md): after the HDF5 lock; guards infos_, arrays_, storage_
   std::map<std::string, std::shared_ptr<const DatasetInfo>> infos_;
   std::map<std::string, ArrayPtr> arrays_;
   std::map<std::string, StorageInfo> storage_;

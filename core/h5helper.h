@@ -80,7 +80,7 @@ class HelperPool {
   void mark_bad(const std::string& file, const std::string& why);
 
   HelperOptions opts_;
-  mutable std::mutex mu_;  // guards slots_' busy flags, bad_, counters
+  mutable std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards slots_' busy flags, bad_, counters
   std::condition_variable cv_;
   std::vector<Slot> slots_;
   std::map<std::string, Bad> bad_;

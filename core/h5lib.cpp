@@ -9,7 +9,7 @@
 namespace h5d::h5 {
 
 std::recursive_mutex& mutex() {
-  static std::recursive_mutex mu;
+  static std::recursive_mutex mu;  // lock level 3 (docs/architecture.md): after levels 1-2, before 4-6
   // A thread-safe libhdf5 keeps the error-printing setting per thread: silence it on every
   // thread that calls the library (errors reach the log once, through h5d::Error).
   thread_local bool quiet = false;

@@ -1,7 +1,8 @@
 // Every libhdf5 call goes through here: one process-wide lock (libhdf5 is either not thread-safe
 // or thread-safe by one global lock anyway; our own lock also makes call sequences atomic),
-// RAII handles, and the library's error stack turned into messages. Lock order: the HDF5 lock
-// is taken before any H5File/Engine mutex, never after.
+// RAII handles, and the library's error stack turned into messages. The HDF5 lock is level 3 of
+// the lock hierarchy in docs/architecture.md: taken after vfs nodes, Run::mu_ and VirtualArray::mu_,
+// before H5File, Engine, Writer and the leaf mutexes.
 #pragma once
 #include <hdf5.h>
 
@@ -12,7 +13,7 @@
 
 namespace h5d::h5 {
 
-std::recursive_mutex& mutex();
+std::recursive_mutex& mutex();  // lock level 3 (docs/architecture.md)
 using Lock = std::unique_lock<std::recursive_mutex>;
 inline Lock lock() { return Lock(mutex()); }
 

@@ -49,7 +49,7 @@ struct TruncFile {
 static_assert(std::is_standard_layout<TruncFile>::value, "TruncFile must start with H5FD_t");
 
 std::mutex& past_end_mu() {
-  static std::mutex mu;
+  static std::mutex mu;  // lock level 5 (docs/architecture.md), a leaf: guards past_end()
   return mu;
 }
 std::vector<std::string>& past_end() {

@@ -21,7 +21,7 @@ void rethrow_with_context(const std::string& context) {
 
 namespace log {
 namespace {
-std::mutex g_mu;  // guards g_sink
+std::mutex g_mu;  // lock level 6 (docs/architecture.md), innermost: after any other; guards g_sink
 Sink g_sink;
 std::atomic<bool> g_debug{false};
 const char* level_name(Level l) {

@@ -8,7 +8,7 @@ struct ThreadPool::Batch {
   std::atomic<size_t> done{0};
   std::atomic<bool> failed{false};
   bool detached = false;
-  std::mutex mu;  // guards error, finished
+  std::mutex mu;  // lock level 5 (docs/architecture.md), a leaf; guards error, finished
   std::condition_variable cv;
   std::exception_ptr error;
   bool finished = false;

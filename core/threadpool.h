@@ -39,7 +39,7 @@ class ThreadPool {
   void worker_loop();
   static void work_on(Batch& b);
 
-  std::mutex mu_;  // guards queue_, stop_, detached_pending_
+  std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards queue_, stop_, detached_pending_
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Batch>> queue_;
   size_t detached_pending_ = 0;

@@ -346,7 +346,9 @@ class VirtualArray final : public Array {
   std::shared_ptr<const DatasetInfo> info_;
   ArrayPtr fallback_;
   std::string what_;
-  mutable std::mutex mu_;  // guards res_ creation
+  // Lock level 2 (docs/architecture.md): after Run::mu_ and a VDS mapping onto this one, before
+  // the HDF5 lock; held while the sources are resolved. Guards res_ creation.
+  mutable std::mutex mu_;
   mutable std::unique_ptr<Resolved> res_;
 };
 

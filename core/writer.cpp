@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <functional>
@@ -20,11 +21,43 @@
 
 namespace h5d {
 
+// One file the writer writes into, shared by the Writer and its dataset writers. It owns its
+// descriptor and (files created here) its libhdf5 file: the destructor closes both, when the
+// last of them lets go. close() (close_all) finishes the file before that: flushed, its libhdf5
+// file closed, its bytes synced, `closed` set; the descriptor stays open until the destructor, so
+// a write racing with close_all never lands in another file that took over the number.
 struct Writer::FileState {
-  std::string path;
-  hid_t fid = -1;  // -1 for files we only pwrite into (write_existing)
-  int fd = -1;     // O_RDWR, for pwrite/pread/fdatasync
-  bool closed = false;
+  FileState(std::string p, h5::Handle file, int descriptor)
+      : path(std::move(p)), created(bool(file)), fd(descriptor), fid(std::move(file)) {}
+  ~FileState() {
+    try {
+      const std::string e = close();
+      if (!e.empty()) log::error(e);
+    } catch (const std::exception& e) {
+      log::error(path + ": closing: " + e.what());
+    }
+    if (fd >= 0) ::close(fd);
+  }
+  FileState(const FileState&) = delete;
+  FileState& operator=(const FileState&) = delete;
+
+  // Flushes and closes the libhdf5 file, syncs the bytes, sets `closed` (idempotent). Returns
+  // the error, "" when none.
+  std::string close() {
+    auto lk = h5::lock();
+    if (closed.exchange(true)) return "";
+    std::string err;
+    if (fid && H5Fflush(fid.get(), H5F_SCOPE_LOCAL) < 0) err = path + ": closing: " + h5::error_stack();
+    fid.reset();
+    if (fd >= 0 && ::fdatasync(fd) != 0 && err.empty()) err = path + ": fdatasync: " + std::strerror(errno);
+    return err;
+  }
+
+  const std::string path;
+  const bool created;  // by this writer (takes new groups and datasets); else pwrite in place only
+  const int fd;        // O_RDWR, for pwrite/pread/fdatasync; open until the destructor
+  h5::Handle fid;      // used and closed under the HDF5 lock; empty for pwrite-only files
+  std::atomic<bool> closed{false};  // set under the HDF5 lock; read from any thread
 };
 
 namespace {
@@ -396,23 +429,30 @@ class ChunkedWriter final : public DatasetWriter,
     write_one_by_one(jobs);
     {
       auto lk = h5::lock();
-      if (f_->fid >= 0 && !f_->closed) h5::check(H5Fflush(f_->fid, H5F_SCOPE_LOCAL), what_ + ": H5Fflush");
+      if (f_->fid && !f_->closed) h5::check(H5Fflush(f_->fid.get(), H5F_SCOPE_LOCAL), what_ + ": H5Fflush");
     }
     if (durable && !f_->closed && ::fdatasync(f_->fd) != 0) {
       fail(errno, what_ + ": fdatasync: " + std::strerror(errno));
     }
   }
 
+  // Writes that race with close() either reach the file or fail with EIO: a chunk written
+  // after the flush below is flushed again before the writer is marked closed.
   void close() {
-    {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (closed_) return;
+      }
+      flush(false);
+      auto h = h5::lock();
       std::lock_guard<std::mutex> lk(mu_);
-      if (closed_) return;
+      const bool dirty = std::any_of(pending_.begin(), pending_.end(), [](const auto& p) { return p.second->dirty; });
+      if (dirty || !inflight_.empty()) continue;
+      closed_ = true;
+      did_.reset();
+      return;
     }
-    flush(false);
-    auto h = h5::lock();
-    std::lock_guard<std::mutex> lk(mu_);
-    closed_ = true;
-    did_.reset();
   }
 
  private:
@@ -676,7 +716,9 @@ class ChunkedWriter final : public DatasetWriter,
   std::vector<FilterInfo> pipeline_;
   std::shared_ptr<WriteBudget> budget_;
 
-  std::mutex mu_;  // guards pending_, inflight_, written_, closed_
+  // Lock level 4 (docs/architecture.md): after the HDF5 lock, before the log. Guards pending_,
+  // inflight_, written_, closed_, async_error_.
+  std::mutex mu_;
   std::condition_variable cv_;
   std::map<uint64_t, std::shared_ptr<Pending>> pending_;
   std::map<uint64_t, std::shared_ptr<Pending>> inflight_;  // being written to the file
@@ -754,30 +796,31 @@ void Writer::create_file(const std::string& path, const NewFileOwner* owner) {
   }
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0) fail(EEXIST, path + " exists");
+  {
+    std::lock_guard<std::mutex> g(mu_);  // close_all sets it under the HDF5 lock, held here
+    if (closing_) fail(EIO, path + ": the writer is closed");
+  }
   // No HDF5 file locking, as H5File opens files for reading (the two opens share one file in
   // libhdf5, which refuses differing locking flags); other processes may read the file meanwhile.
   h5::Handle fapl = h5::check(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
   H5Pset_file_locking(fapl.get(), false, true);
-  hid_t fid = H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get());
-  if (fid < 0) h5::fail_h5(EIO, "cannot create HDF5 file " + path);
-  auto fs = std::make_shared<FileState>();
-  fs->path = path;
-  fs->fid = fid;
-  if (H5Fflush(fid, H5F_SCOPE_LOCAL) < 0) log::warn(path + ": H5Fflush failed: " + h5::error_stack());
+  h5::Handle fid(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get()));
+  if (!fid) h5::fail_h5(EIO, "cannot create HDF5 file " + path);
+  if (H5Fflush(fid.get(), H5F_SCOPE_LOCAL) < 0) log::warn(path + ": H5Fflush failed: " + h5::error_stack());
   // The file libhdf5 created (O_EXCL), not whatever the path names by now: the directory may be
   // writable by others, who could put a symlink there meanwhile.
-  fs->fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   void* vfd = nullptr;
   struct stat mine, created;
-  const bool same = fs->fd >= 0 && H5Fget_vfd_handle(fid, H5P_DEFAULT, &vfd) >= 0 && vfd &&
-                    ::fstat(*static_cast<int*>(vfd), &created) == 0 && ::fstat(fs->fd, &mine) == 0 &&
+  const bool same = fd >= 0 && H5Fget_vfd_handle(fid.get(), H5P_DEFAULT, &vfd) >= 0 && vfd &&
+                    ::fstat(*static_cast<int*>(vfd), &created) == 0 && ::fstat(fd, &mine) == 0 &&
                     mine.st_dev == created.st_dev && mine.st_ino == created.st_ino;
   if (!same) {
-    const int e = fs->fd < 0 ? errno : EEXIST;
-    if (fs->fd >= 0) ::close(fs->fd);
-    H5Fclose(fid);
+    const int e = fd < 0 ? errno : EEXIST;
+    if (fd >= 0) ::close(fd);
     fail(e, "cannot open " + path + " (the file created): " + std::strerror(e));
   }
+  auto fs = std::make_shared<FileState>(path, std::move(fid), fd);
   if (owner) {
     // Belongs to the user who asked for it, with the mode asked for (the kernel applied the
     // user's umask): as root, the daemon gives it away; as another user it cannot, and the
@@ -797,15 +840,14 @@ void Writer::create_file(const std::string& path, const NewFileOwner* owner) {
 bool Writer::owns(const std::string& path) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = files_.find(path);
-  return it != files_.end() && it->second->fid >= 0;
+  return it != files_.end() && it->second->created && !it->second->closed;
 }
 
 std::shared_ptr<Writer::FileState> Writer::file_state(const std::string& path) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = files_.find(path);
-  // Closed first: close_all also resets fid, which would otherwise read as "not ours" (EPERM).
-  if (it != files_.end() && it->second->closed) fail(EIO, path + ": closed");
-  if (it == files_.end() || it->second->fid < 0) {
+  if (closing_ || (it != files_.end() && it->second->closed)) fail(EIO, path + ": closed");
+  if (it == files_.end() || !it->second->created) {
     fail(EPERM, path + ": new groups and datasets only in files created through this mount");
   }
   return it->second;
@@ -814,11 +856,11 @@ std::shared_ptr<Writer::FileState> Writer::file_state(const std::string& path) {
 void Writer::create_group(const std::string& file, const std::string& group_path) {
   auto lk = h5::lock();
   auto fs = file_state(file);
-  if (H5Lexists(fs->fid, group_path.c_str(), H5P_DEFAULT) > 0) fail(EEXIST, file + ":" + group_path + " exists");
-  h5::Handle g = h5::check(H5Gcreate2(fs->fid, group_path.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+  if (H5Lexists(fs->fid.get(), group_path.c_str(), H5P_DEFAULT) > 0) fail(EEXIST, file + ":" + group_path + " exists");
+  h5::Handle g = h5::check(H5Gcreate2(fs->fid.get(), group_path.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                            file + ":" + group_path + ": H5Gcreate");
   g.reset();
-  h5::check(H5Fflush(fs->fid, H5F_SCOPE_LOCAL), file + ": H5Fflush");
+  h5::check(H5Fflush(fs->fid.get(), H5F_SCOPE_LOCAL), file + ": H5Fflush");
 }
 
 DatasetWriterPtr Writer::create_dataset(const std::string& file, const std::string& path,
@@ -826,7 +868,7 @@ DatasetWriterPtr Writer::create_dataset(const std::string& file, const std::stri
   const std::string what = file + ":" + path;
   auto lk = h5::lock();
   auto fs = file_state(file);
-  if (H5Lexists(fs->fid, path.c_str(), H5P_DEFAULT) > 0) fail(EEXIST, what + " exists");
+  if (H5Lexists(fs->fid.get(), path.c_str(), H5P_DEFAULT) > 0) fail(EEXIST, what + " exists");
   DatasetPlan plan;
   try {
     plan = plan_dataset(spec);
@@ -884,19 +926,19 @@ DatasetWriterPtr Writer::create_dataset(const std::string& file, const std::stri
     h5::check(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time");
     h5::check(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
   }
-  h5::Handle did = h5::check(H5Dcreate2(fs->fid, path.c_str(), type.get(), space.get(), H5P_DEFAULT,
+  h5::Handle did = h5::check(H5Dcreate2(fs->fid.get(), path.c_str(), type.get(), space.get(), H5P_DEFAULT,
                                         dcpl.get(), H5P_DEFAULT),
                              what + ": H5Dcreate");
   DatasetWriterPtr w;
   if (chunked) {
-    h5::check(H5Fflush(fs->fid, H5F_SCOPE_LOCAL), file + ": H5Fflush");
+    h5::check(H5Fflush(fs->fid.get(), H5F_SCOPE_LOCAL), file + ": H5Fflush");
     w = std::make_shared<ChunkedWriter>(engine_, fs, what, std::move(did), spec.shape, chunks,
                                         itemsize, pipeline, budget_);
   } else {
     haddr_t addr = nbytes ? H5Dget_offset(did.get()) : 0;
     if (nbytes && addr == HADDR_UNDEF) h5::fail_h5(EIO, what + ": no file offset (H5Dget_offset)");
     did.reset();
-    h5::check(H5Fflush(fs->fid, H5F_SCOPE_LOCAL), file + ": H5Fflush");
+    h5::check(H5Fflush(fs->fid.get(), H5F_SCOPE_LOCAL), file + ": H5Fflush");
     // A killed daemon must leave a file whose end covers the dataset (else "truncated file").
     ensure_size(fs->fd, addr + nbytes, what);
     w = std::make_shared<ContiguousWriter>(fs, what, addr, nbytes);
@@ -924,15 +966,15 @@ DatasetWriterPtr Writer::open_existing(const std::string& file, const std::strin
   }
   const uint64_t nbytes = product(info->shape) * info->dtype.itemsize;
   std::lock_guard<std::mutex> g(mu_);
+  if (closing_) fail(EIO, what + ": the writer is closed");
   if (auto it = existing_.find(what); it != existing_.end()) return it->second;
   std::shared_ptr<FileState> fs;
   if (auto it = files_.find(file); it != files_.end()) {
     fs = it->second;
   } else {
-    fs = std::make_shared<FileState>();
-    fs->path = file;
-    fs->fd = ::open(file.c_str(), O_RDWR | O_CLOEXEC);
-    if (fs->fd < 0) fail(errno, "cannot open " + file + " for writing: " + std::strerror(errno));
+    const int fd = ::open(file.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) fail(errno, "cannot open " + file + " for writing: " + std::strerror(errno));
+    fs = std::make_shared<FileState>(file, h5::Handle(), fd);
     files_[file] = fs;
   }
   auto w = std::make_shared<ContiguousWriter>(fs, what, st.contiguous_addr, nbytes);
@@ -956,16 +998,26 @@ void Writer::flush_all() {
   for (auto& w : ds) w->flush(false);
   auto lk = h5::lock();
   for (auto& f : files) {
-    if (f->fid >= 0 && !f->closed) h5::check(H5Fflush(f->fid, H5F_SCOPE_LOCAL), f->path + ": H5Fflush");
-    if (!f->closed && f->fd >= 0) ::fdatasync(f->fd);
+    if (f->closed) continue;
+    if (f->fid) h5::check(H5Fflush(f->fid.get(), H5F_SCOPE_LOCAL), f->path + ": H5Fflush");
+    if (f->fd >= 0) ::fdatasync(f->fd);
   }
 }
 
 void Writer::close_all() {
   std::vector<DatasetWriterPtr> ds;
   std::vector<std::shared_ptr<FileState>> files;
-  snapshot(ds, files);
   std::string first_error;
+  {
+    // No new groups or datasets from here on (create_* check under the HDF5 lock), so the
+    // snapshot below holds every dataset writer of these files.
+    auto lk = h5::lock();
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      closing_ = true;
+    }
+    snapshot(ds, files);
+  }
   for (auto& w : ds) {
     try {
       if (auto* c = dynamic_cast<ChunkedWriter*>(w.get())) c->close();
@@ -975,23 +1027,11 @@ void Writer::close_all() {
       if (first_error.empty()) first_error = e.what();
     }
   }
-  auto lk = h5::lock();
   for (auto& f : files) {
-    if (f->closed) continue;
-    if (f->fid >= 0) {
-      if (H5Fflush(f->fid, H5F_SCOPE_LOCAL) < 0 || H5Fclose(f->fid) < 0) {
-        const std::string e = f->path + ": closing: " + h5::error_stack();
-        log::error(e);
-        if (first_error.empty()) first_error = e;
-      }
-      f->fid = -1;
-    }
-    if (f->fd >= 0) {
-      ::fdatasync(f->fd);
-      ::close(f->fd);
-      f->fd = -1;
-    }
-    f->closed = true;
+    const std::string e = f->close();
+    if (e.empty()) continue;
+    log::error(e);
+    if (first_error.empty()) first_error = e;
   }
   if (!first_error.empty()) fail(EIO, first_error);
 }

@@ -120,7 +120,15 @@ class Writer {
 
   // Flushes every dataset and file (fsync of the whole mount).
   void flush_all();
-  // Flushes and closes everything (unmount). Later writes fail with EIO.
+  // Flushes and closes everything (unmount); safe from any thread, and more than once.
+  // - From its start, new files, groups and datasets fail with EIO.
+  // - Writes that returned before it started are in the files, synced, when it returns.
+  // - A write racing with it (another thread) either succeeds, and its bytes reach the file
+  //   (synced when it finished before close_all synced that file), or fails with EIO; once one
+  //   fails, every later write to that dataset fails. No write ever reaches another file.
+  // - After it returns every write fails with EIO; reads of what was written still work.
+  // Each file's descriptor is closed when its last dataset writer is released (FileState's
+  // destructor), not here: a racing pwrite never hits a number reused by a later open.
   void close_all();
 
   struct FileState;
@@ -133,7 +141,10 @@ class Writer {
   Engine& engine_;
   WriterOptions opts_;
   std::shared_ptr<WriteBudget> budget_;
-  std::mutex mu_;  // guards files_, datasets_, existing_ (taken after the HDF5 lock, never before)
+  // Level 4 of the lock hierarchy in docs/architecture.md: taken after the HDF5 lock, before the
+  // leaf locks (log). Guards files_, datasets_, existing_, closing_.
+  std::mutex mu_;
+  bool closing_ = false;  // close_all has started: no new files, groups or datasets
   std::map<std::string, std::shared_ptr<FileState>> files_;
   std::vector<std::weak_ptr<DatasetWriter>> datasets_;
   std::map<std::string, std::shared_ptr<DatasetWriter>> existing_;

@@ -80,6 +80,26 @@ void PushBuffers::give(std::vector<char>&& b) {
   if (free_.size() < kKeep) free_.push_back(std::move(b));
 }
 
+void Handles::remove(const void* p) {
+  std::shared_ptr<void> h;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = live_.find(p);
+    if (it == live_.end()) return;
+    h = std::move(it->second);
+    live_.erase(it);
+  }
+}
+
+void Handles::clear() {
+  std::unordered_map<const void*, std::shared_ptr<void>> left;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    left.swap(live_);
+  }
+  if (!left.empty()) log::info(std::to_string(left.size()) + " handle(s) never released by the kernel freed at exit");
+}
+
 namespace {
 
 Context& ctx(fuse_req_t req) { return *static_cast<Context*>(fuse_req_userdata(req)); }
@@ -246,10 +266,12 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     std::unique_ptr<vfs::OpenFile> f = fs(req).open(ino, fi->flags, caller_of(req, who));
     fi->direct_io = f->direct_io;
     fi->keep_cache = f->keep_cache;
-    fi->fh = reinterpret_cast<uint64_t>(f.get());
     Context& c = ctx(req);
-    c.readahead.answer(f->choose_readahead_kb(c.opts.push, c.readahead_kb), [&] {
-      if (fuse_reply_open(req, fi) == 0) f.release();  // else the request was interrupted
+    const unsigned kb = f->choose_readahead_kb(c.opts.push, c.readahead_kb);
+    vfs::OpenFile* p = c.handles.add(std::move(f));  // before the reply: a release may follow at once
+    fi->fh = reinterpret_cast<uint64_t>(p);
+    c.readahead.answer(kb, [&] {
+      if (fuse_reply_open(req, fi) != 0) c.handles.remove(p);  // the request was interrupted
     });
   });
 }
@@ -332,7 +354,7 @@ void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       log::error("release (inode " + std::to_string(ino) + "): " + msg);
     }
   }
-  delete f;
+  ctx(req).handles.remove(f);
   fuse_reply_err(req, 0);
 }
 
@@ -363,11 +385,12 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     h->entries.push_back({"..", 0, vfs::NodeKind::Directory});
     vfs::Caller who;
     for (auto& e : fs(req).readdir(ino, caller_of(req, who))) h->entries.push_back(std::move(e));
-    fi->fh = reinterpret_cast<uint64_t>(h.get());
     // rw mounts, and directories revalidated against a changing source: listings change.
     fi->keep_cache = fs(req).writable() || fs(req).getattr(ino).cache_limit >= 0 ? 0 : 1;
     fi->cache_readdir = fi->keep_cache;
-    if (fuse_reply_open(req, fi) == 0) h.release();
+    DirHandle* p = ctx(req).handles.add(std::move(h));
+    fi->fh = reinterpret_cast<uint64_t>(p);
+    if (fuse_reply_open(req, fi) != 0) ctx(req).handles.remove(p);
   });
 }
 
@@ -394,7 +417,7 @@ void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_fil
 }
 
 void op_releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-  delete reinterpret_cast<DirHandle*>(fi->fh);
+  ctx(req).handles.remove(reinterpret_cast<DirHandle*>(fi->fh));
   fuse_reply_err(req, 0);
 }
 
@@ -460,8 +483,9 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
     const fuse_entry_param e = entry_of(req, attr);
     fi->direct_io = 0;  // mmap must work (numpy memmap)
     fi->keep_cache = f->keep_cache;
-    fi->fh = reinterpret_cast<uint64_t>(f.get());
-    if (fuse_reply_create(req, &e, fi) == 0) f.release();
+    vfs::OpenFile* p = ctx(req).handles.add(std::move(f));
+    fi->fh = reinterpret_cast<uint64_t>(p);
+    if (fuse_reply_create(req, &e, fi) != 0) ctx(req).handles.remove(p);
   });
 }
 

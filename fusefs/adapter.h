@@ -10,8 +10,10 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "fusefs/options.h"
@@ -33,7 +35,7 @@ class ReadsInFlight {
   struct R {
     uint64_t ino, off, end;
   };
-  std::mutex mu_;  // guards reads_
+  std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards reads_
   std::vector<R> reads_;
 };
 
@@ -48,8 +50,28 @@ class PushBuffers {
   void give(std::vector<char>&& b);
 
  private:
-  std::mutex mu_;  // guards free_
+  std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards free_
   std::vector<std::vector<char>> free_;
+};
+
+// The file and directory handles libfuse holds (fi->fh), owned here. A handle the kernel never
+// released (the daemon stopped with files open, or after a lazy unmount) is freed by clear() when
+// the session has ended, before the Vfs it points into goes (no leak at exit).
+class Handles {
+ public:
+  template <class T>
+  T* add(std::unique_ptr<T> h) {
+    T* p = h.get();
+    std::lock_guard<std::mutex> lk(mu_);
+    live_.emplace(p, std::shared_ptr<void>(std::move(h)));
+    return p;
+  }
+  void remove(const void* p);  // frees it (outside the lock)
+  void clear();                // frees every one left
+
+ private:
+  std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards live_
+  std::unordered_map<const void*, std::shared_ptr<void>> live_;
 };
 
 // Each open file's read-ahead (vfs::OpenFile::choose_readahead_kb), set through the mount's
@@ -70,7 +92,9 @@ class PerFileReadahead {
   void answer(unsigned kb, const std::function<void()>& reply);
 
  private:
-  std::mutex mu_;  // guards everything below; held while an open is answered
+  // Lock level 5 (docs/architecture.md), a leaf: held while an open is answered (libfuse's reply,
+  // no lock of ours). Guards everything below.
+  std::mutex mu_;
   std::function<void(unsigned)> set_;
   unsigned now_ = 0;
   std::chrono::steady_clock::time_point used_{};  // the last open answered with now_
@@ -90,6 +114,7 @@ struct Context {
   PerFileReadahead readahead;  // enabled by fusefs/mount.cpp when the daemon can write sysfs
   ReadsInFlight reads;
   PushBuffers push_buffers;
+  Handles handles;  // cleared by fusefs/mount.cpp when the session loop has ended
 };
 
 const fuse_lowlevel_ops& operations();

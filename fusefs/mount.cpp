@@ -537,6 +537,7 @@ int run_mount(int argc, char** argv) {
     if (::write(g_signal_pipe[1], &stop, 1) != 1) log::warn("cannot stop the signal watcher");
     watcher.join();
     se.reset();
+    ctx.handles.clear();  // files and directories still open when the session ended
     ctx.vfs = nullptr;
   }
   log::info("unmounted " + m.mountpoint);

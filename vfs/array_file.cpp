@@ -51,7 +51,7 @@ class ArrayFileNode final : public FileNode {
   std::string header_;
   uint64_t data_size_ = 0;
   bool too_big_ = false;  // shape x itemsize above 2^63: listed empty, open() is EFBIG
-  std::mutex open_mu_;  // guards last_, opened_
+  std::mutex open_mu_;  // lock level 5 (docs/architecture.md), a leaf; guards last_, opened_
   std::weak_ptr<const Array> last_;  // the array the previous open read from
   bool opened_ = false;
 };

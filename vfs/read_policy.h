@@ -102,7 +102,7 @@ class SequentialPrefetcher {
     return s.started && s.dir != Direction::None && s.reads >= 3 && s.cursor - s.lo >= cfg_.after;
   }
   Config cfg_;
-  mutable std::mutex mu_;  // guards everything below
+  mutable std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards everything below
   bool exact_ = false;     // single_page_windows
   uint64_t unit_ = 0;      // its unit
   Stream streams_[kStreams];

@@ -338,7 +338,9 @@ class TextFileNode final : public FileNode {
   }
   std::function<std::string()> render_;
   bool lazy_;
-  mutable std::mutex mu_;  // guards content_ (held while rendering: one rendering per file)
+  // Lock level 1 (docs/architecture.md): before any core lock; held while rendering (one
+  // rendering per file). Guards content_.
+  mutable std::mutex mu_;
   mutable std::shared_ptr<const std::string> content_;
 };
 

@@ -264,8 +264,8 @@ class DirNode final : public Node {
   const WriteTarget& write_target() const { return target_; }
 
  private:
-  std::mutex list_mu_;  // serialises the first listing; taken before mu_
-  std::mutex mu_;       // guards listing_
+  std::mutex list_mu_;  // lock level 1 (docs/architecture.md), before any core lock and mu_; serialises listing
+  std::mutex mu_;       // lock level 5 (docs/architecture.md), a leaf after list_mu_; guards listing_
   std::unique_ptr<DirProvider> provider_;  // guarded by list_mu_
   std::shared_ptr<const Listing> listing_;
   std::atomic<int64_t> interval_ns_{0};  // the provider's revalidate_seconds(), set at first listing
@@ -283,7 +283,7 @@ class InodeTable {
   size_t size() const;
 
  private:
-  mutable std::shared_mutex mu_;  // guards nodes_
+  mutable std::shared_mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards nodes_
   std::vector<NodePtr> nodes_;    // nodes_[ino - 1]
 };
 

@@ -120,7 +120,7 @@ class Vfs {
   std::string source_;
   std::unique_ptr<TreeContext> ctx_;
   std::unique_ptr<InodeTable> table_;
-  std::mutex err_mu_;  // guards errors_
+  std::mutex err_mu_;  // lock level 5 (docs/architecture.md), a leaf; guards errors_
   std::map<int, uint64_t> errors_;  // errno -> replies
   std::atomic<uint64_t> opens_{0};
 };

@@ -37,7 +37,7 @@ struct NewDatasetState {
   std::string file, dset, stem;
   NodeMeta meta;
 
-  std::mutex mu;          // guards everything below
+  std::mutex mu;          // lock level 1 (docs/architecture.md), before the HDF5 lock; guards all below
   DatasetWriterPtr w;     // set once created
   std::string header;     // the .npy header shown (as written by the creator, or rendered)
   std::string pending;    // .npy header bytes or .json spec text being written

@@ -121,7 +121,7 @@ class Detector {
   std::vector<uint64_t> train_ids_, frame_counts_, perframe_, frame_offset_;
   uint64_t cells_ = 1;
   std::vector<StackedKeyInfo> keys_;
-  std::mutex mu_;  // guards groups_, arrays_
+  std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf: guards groups_, arrays_
   std::map<std::string, std::shared_ptr<const GroupMap>> groups_;
   std::map<std::pair<std::string, int>, ArrayPtr> arrays_;
 };

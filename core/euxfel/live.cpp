@@ -45,7 +45,7 @@ bool open_for_writing(const std::string& path) {
 }
 
 void note_left_out_while_written(const std::string& path) {
-  static std::mutex mu;
+  static std::mutex mu;  // lock level 5 (docs/architecture.md): only the log (level 6) under it
   static std::set<std::string> logged;
   std::lock_guard<std::mutex> lk(mu);
   if (!logged.insert(path).second) return;

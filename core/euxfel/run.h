@@ -229,7 +229,10 @@ class Run {
   int64_t proposal_ = -1, run_number_ = -1;
   std::string format_version_;
   std::vector<std::pair<std::string, Value>> metadata_values_;
-  mutable std::mutex mu_;  // guards Source lazy state, errors_, timestamps_
+  // Lock level 2 (docs/architecture.md): after vfs nodes, before VirtualArray::mu_ and the HDF5
+  // lock; held while a source's keys and index groups are read. Guards Source lazy state,
+  // errors_, timestamps_.
+  mutable std::mutex mu_;
   ArrayPtr timestamps_;
   std::vector<std::string> errors_;
 };

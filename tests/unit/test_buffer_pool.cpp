@@ -102,18 +102,24 @@ TEST_CASE("buffer pool: buffers may outlive the pool", "[buffer_pool]") {
 
 TEST_CASE("buffer pool: concurrent users", "[buffer_pool]") {
   BufferPool pool(4 << 20, 1 << 20);
+  // Catch2 v2 assertions are not thread-safe: the threads count, the main thread asserts.
   std::vector<std::thread> ts;
+  std::vector<int> wrong_size(4, 0);
   for (int t = 0; t < 4; ++t) {
-    ts.emplace_back([&pool, t] {
+    ts.emplace_back([&pool, &wrong_size, t] {
       for (int i = 0; i < 500; ++i) {
         const size_t n = size_t(4096) << ((i + t) % 4);
         auto b = pool.get(n);
-        REQUIRE(b->size() == n);
+        if (b->size() != n) {
+          ++wrong_size[size_t(t)];
+          continue;
+        }
         std::memset(b->data(), t, n);
       }
     });
   }
   for (auto& t : ts) t.join();
+  for (int w : wrong_size) CHECK(w == 0);
   const auto c = pool.counters();
   CHECK(c.reused + c.fresh == 2000);
   CHECK(c.idle_bytes <= (4u << 20));
