@@ -130,17 +130,11 @@ const vfs::Caller* caller_of(fuse_req_t req, vfs::Caller& c) {
   if (fc->uid == 0 || fc->uid == ::geteuid()) return nullptr;
   c.uid = fc->uid;
   c.gid = fc->gid;
-  c.groups.resize(32);
-  for (int tries = 0; tries < 3; ++tries) {
-    const int n = fuse_req_getgroups(req, static_cast<int>(c.groups.size()), c.groups.data());
-    if (n < 0) {  // the process is gone, or /proc unreadable: the primary group alone
-      log::debug("uid " + std::to_string(c.uid) + ": supplementary groups unknown (" + std::strerror(-n) + ")");
-      c.groups.clear();
-      break;
-    }
-    const bool fits = static_cast<size_t>(n) <= c.groups.size();
-    c.groups.resize(static_cast<size_t>(n));
-    if (fits) break;
+  if (!vfs::thread_groups(static_cast<long>(fc->pid), c.groups)) {
+    // The process is gone, or /proc unreadable: the primary group alone.
+    log::debug("uid " + std::to_string(c.uid) + ": supplementary groups unknown (/proc/" +
+               std::to_string(fc->pid) + "/status)");
+    c.groups.clear();
   }
   return &c;
 }

@@ -1,5 +1,6 @@
 #include "vfs/tree.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -86,6 +87,46 @@ NodeMeta current_meta(const NodeMeta& m) {
 
 bool Caller::in_group(gid_t g) const {
   return g == gid || std::find(groups.begin(), groups.end(), g) != groups.end();
+}
+
+bool parse_status_groups(const std::string& status, std::vector<gid_t>& out) {
+  const size_t at = status.compare(0, 7, "Groups:") == 0 ? 0 : status.find("\nGroups:");
+  if (at == std::string::npos) return false;
+  const size_t begin = status.find(':', at) + 1;
+  const size_t end = std::min(status.find('\n', begin), status.size());
+  std::vector<gid_t> g;
+  size_t i = begin;
+  while (i < end) {
+    if (status[i] == ' ' || status[i] == '\t') {
+      ++i;
+      continue;
+    }
+    uint64_t v = 0;
+    size_t digits = 0;
+    for (; i < end && status[i] >= '0' && status[i] <= '9'; ++i, ++digits) {
+      v = v * 10 + uint64_t(status[i] - '0');
+      if (v > UINT32_MAX) return false;
+    }
+    if (digits == 0) return false;
+    g.push_back(static_cast<gid_t>(v));
+  }
+  out = std::move(g);
+  return true;
+}
+
+bool thread_groups(long tid, std::vector<gid_t>& out) {
+  const std::string t = std::to_string(tid);
+  for (const std::string& p : {"/proc/" + t + "/task/" + t + "/status", "/proc/" + t + "/status"}) {
+    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    std::string text;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0 && text.size() < (1u << 20)) text.append(buf, size_t(n));
+    ::close(fd);
+    if (parse_status_groups(text, out)) return true;
+  }
+  return false;
 }
 
 bool permits(const Caller& c, uid_t uid, gid_t gid, mode_t mode, int want) {

@@ -98,6 +98,13 @@ struct Caller {
   std::vector<gid_t> groups;  // supplementary groups
   bool in_group(gid_t g) const;
 };
+// The supplementary groups of thread `tid` (a FUSE request's pid), from /proc/TID/task/TID/status
+// ("Groups:" line), read whole and NUL-terminated: libfuse 3.14's fuse_req_getgroups parses an
+// unterminated buffer (strstr past the read bytes, caught by ASan), so it is not used. False
+// when the thread is gone or /proc cannot be read.
+bool thread_groups(long tid, std::vector<gid_t>& out);
+// The "Groups:" line of a /proc status text; false when there is none or it is malformed.
+bool parse_status_groups(const std::string& status, std::vector<gid_t>& out);
 // True when `c` may do `want` (R_OK, W_OK, X_OK bits) on an object with this owner and mode.
 bool permits(const Caller& c, uid_t uid, gid_t gid, mode_t mode, int want);
 // Error(EACCES) unless `c` could reach the node's source as it would meet it directly: search

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -500,4 +501,27 @@ TEST_CASE("the mount point is never shown or entered; uid, gid, umask override w
     CHECK(OpenFile::live() == before + 1);
   }
   CHECK(OpenFile::live() == before);
+}
+
+TEST_CASE("supplementary groups of a request's thread, from /proc", "[vfs][access]") {
+  // The oracle: getgroups() of this thread.
+  std::vector<gid_t> expected(static_cast<size_t>(::getgroups(0, nullptr)));
+  REQUIRE(::getgroups(static_cast<int>(expected.size()), expected.data()) == static_cast<int>(expected.size()));
+  std::vector<gid_t> got{12345};
+  REQUIRE(vfs::thread_groups(static_cast<long>(::gettid()), got));
+  std::sort(expected.begin(), expected.end());
+  std::sort(got.begin(), got.end());
+  CHECK(got == expected);
+  CHECK_FALSE(vfs::thread_groups(-1, got));
+
+  std::vector<gid_t> g;
+  // A status longer than a page, the Groups line last (libfuse 3.14 read one page, unterminated).
+  std::string status = "Name:\tx\n" + std::string(5000, 'a') + "\nGroups:\t4 24 27 4294967295 \n";
+  REQUIRE(vfs::parse_status_groups(status, g));
+  CHECK(g == std::vector<gid_t>{4, 24, 27, 4294967295u});
+  REQUIRE(vfs::parse_status_groups("Groups:\t\nNgid:\t0\n", g));
+  CHECK(g.empty());
+  CHECK_FALSE(vfs::parse_status_groups("Name:\tx\n", g));
+  CHECK_FALSE(vfs::parse_status_groups("Name:\tx\nGroups:\t4 x5\n", g));
+  CHECK_FALSE(vfs::parse_status_groups("Name:\tx\nGroups:\t4294967296\n", g));
 }
