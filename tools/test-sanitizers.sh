@@ -24,6 +24,8 @@ if [[ $what == all || $what == asan ]]; then
   timer "ASan build" "$t0"
   t0=$(date +%s)
   mkdir -p "$ASAN_BUILD/test-tmp"
+  # Daemon logs of an earlier run in the same build dir must not count for this one.
+  find "$ASAN_BUILD/test-tmp" -maxdepth 1 -name '*.log' -delete
   ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
   LSAN_OPTIONS=suppressions=$PWD/tools/lsan.supp:print_suppressions=0 \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
