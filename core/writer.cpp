@@ -761,9 +761,9 @@ DatasetPlan plan_dataset(const NewDataset& spec) {
     p.chunks = auto_chunks(spec.shape, p.itemsize);
   }
   // HDF5 keeps a chunk's size in 32 bits.
-  const uint64_t chunk_bytes = saturating_bytes(p.chunks, p.itemsize);
-  if (chunk_bytes >= (4ull << 30)) fail(EINVAL, "chunks must be smaller than 4 GiB");
-  p.pipeline = write_pipeline(p.compression, spec.level, spec.shuffle, p.itemsize, chunk_bytes);
+  p.chunk_bytes = saturating_bytes(p.chunks, p.itemsize);
+  if (p.chunk_bytes >= (4ull << 30)) fail(EINVAL, "chunks must be smaller than 4 GiB");
+  p.pipeline = write_pipeline(p.compression, spec.level, spec.shuffle, p.itemsize, p.chunk_bytes);
   return p;
 }
 
@@ -888,7 +888,7 @@ DatasetWriterPtr Writer::create_dataset(const std::string& file, const std::stri
   const Shape& chunks = plan.chunks;
   const std::vector<FilterInfo>& pipeline = plan.pipeline;
   if (chunked) {
-    const uint64_t chunk_bytes = saturating_bytes(chunks, itemsize);
+    const uint64_t chunk_bytes = plan.chunk_bytes;
     if (chunk_bytes > budget_->limit()) {
       const std::string msg = what + ": a chunk of " + std::to_string(chunk_bytes) +
                               " bytes does not fit write_buffer=" + std::to_string(budget_->limit()) +

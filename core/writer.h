@@ -68,6 +68,7 @@ struct DatasetPlan {
   size_t itemsize = 0;
   uint64_t nbytes = 0;
   Shape chunks;                      // empty: contiguous (scalars and empty arrays always are)
+  uint64_t chunk_bytes = 0;          // bytes of one (uncompressed) chunk; 0 when contiguous
   std::string compression;           // "" for none
   std::vector<FilterInfo> pipeline;  // what chunks are encoded with
 };

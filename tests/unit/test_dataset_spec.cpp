@@ -53,9 +53,11 @@ TEST_CASE("dataset spec: plan sizes and chunks", "[writer][spec]") {
   CHECK(p.itemsize == 2);
   CHECK(p.nbytes == 100ull * 512 * 128 * 2);
   CHECK(p.chunks.empty());
+  CHECK(p.chunk_bytes == 0);
 
   p = plan_dataset(spec({10, 20}, "<f4", {50, 7}, "gzip"));
   CHECK(p.chunks == Shape{10, 7});  // clipped to the shape
+  CHECK(p.chunk_bytes == 10 * 7 * 4);
   CHECK(!p.pipeline.empty());
 
   p = plan_dataset(spec({4000, 4000}, "<u2", {}, "lz4"));  // automatic chunks: ~1 MiB
