@@ -168,14 +168,38 @@ bool Engine::bytes_decoded(const Array& a, uint64_t off, uint64_t len) {
   return all;
 }
 
-void Engine::prefetch_bytes(const Array& a, uint64_t off, uint64_t len) {
+void Engine::prefetch_bytes(const Array& a, uint64_t off, uint64_t len, std::shared_ptr<const ReadCover> cover) {
   const uint64_t total = a.nbytes();
   if (off >= total || len == 0) return;
   len = std::min(len, total - off);
   const uint64_t E = a.dtype().itemsize;
+  const uint64_t end = off + len;
   ReadPlan plan;
-  for_each_region_in_range(a.shape(), off / E, (off + len + E - 1) / E,
-                           [&](const Region& r) { a.plan_prefetch(r, plan); });
+  const auto plan_range = [&](uint64_t lo, uint64_t hi) {
+    for_each_region_in_range(a.shape(), lo / E, (hi + E - 1) / E, [&](const Region& r) { a.plan_prefetch(r, plan); });
+  };
+  if (!cover) {
+    plan_range(off, end);
+  } else {
+    for (uint64_t lo = off; lo < end;) {
+      // Pieces end where a decode unit ends, so that a chunk is planned in one piece.
+      uint64_t hi = std::min(lo + kPrefetchPiece, end);
+      const ByteSpan u = a.decode_span(hi - 1);
+      if (!u.empty()) hi = std::max(hi, u.hi);
+      hi = std::min((hi + E - 1) / E * E, end);
+      const size_t first = plan.tasks.size();
+      plan_range(lo, hi);
+      for (size_t i = first; i < plan.tasks.size(); ++i)
+        plan.tasks[i] = [this, cover, lo, hi, t = std::move(plan.tasks[i])] {
+          if (cover->covers(lo, hi)) {
+            stats_.prefetch_dropped.fetch_add(1, std::memory_order_relaxed);
+            return;
+          }
+          t();
+        };
+      lo = hi;
+    }
+  }
   if (!plan.tasks.empty()) pool_->try_run_detached(std::move(plan.tasks));
 }
 

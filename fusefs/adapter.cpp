@@ -315,23 +315,17 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
     c.reads.add(ino, o, o + size);
     vfs::OpenFile::Pushes pushes;
     const size_t n = fs(req).read(*f, o, size, buf.data(), &pushes);
-    // Pushes (vfs/read_policy.h): the rest of the units this read decoded go into the page cache
-    // before the reply (the woken reader must find them there); in a stream, the next decoded
-    // unit after it (the reader copies the current one meanwhile).
-    std::vector<char> ahead;
-    uint64_t ahead_off = 0;
+    // Pushes (vfs/read_policy.h), all before the reply: the rest of the units this read decoded
+    // (the woken reader must find them there) and, in a stream, the decoded units ahead (pushed
+    // after the reply, the reader copying a unit asked for the next ones before the push had
+    // stored them: a request per unit instead of one per push, docs/benchmarks.md).
     if (c.opts.push && c.se && n == size && !fs(req).writable()) {
       std::vector<char> near = c.push_buffers.take();
       for (const vfs::OpenFile::Range& r : pushes.before) push_bytes(c, ino, copy_for_push(c, ino, *f, r, near), near);
+      if (pushes.after.len) push_bytes(c, ino, copy_for_push(c, ino, *f, pushes.after, near), near);
       c.push_buffers.give(std::move(near));
-      if (pushes.after.len) {
-        ahead = c.push_buffers.take();
-        ahead_off = copy_for_push(c, ino, *f, pushes.after, ahead);
-      }
     }
     fuse_reply_buf(req, buf.data(), n);
-    push_bytes(c, ino, ahead_off, ahead);
-    c.push_buffers.give(std::move(ahead));
   });
 }
 

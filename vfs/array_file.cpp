@@ -77,7 +77,7 @@ class ArrayOpenFile final : public OpenFile {
     pushes.after = next.ahead;
     if (next.prefetch.len > 0) {
       try {
-        engine.prefetch_bytes(*array_, next.prefetch.off, next.prefetch.len);
+        engine.prefetch_bytes(*array_, next.prefetch.off, next.prefetch.len, next.cover);
       } catch (const std::exception& e) {
         log::debug("prefetch of " + node_.spec_.what + " failed: " + e.what());
       }

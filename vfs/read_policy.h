@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "core/array.h"
+#include "core/engine.h"
 
 namespace h5d::vfs {
 
@@ -60,6 +61,7 @@ class SequentialPrefetcher {
     size_t stream = 0;
     bool streaming = false;  // gone at least `after` bytes
     Direction dir = Direction::None;
+    std::shared_ptr<const ReadCover> cover;  // what the stream has read or had pushed
   };
 
   explicit SequentialPrefetcher(Config cfg) : cfg_(cfg) {}
@@ -94,6 +96,9 @@ class SequentialPrefetcher {
     uint64_t used = 0;            // last use (a counter), for replacement
     uint64_t reads = 0;
     uint64_t pushed_lo = ~0ull, pushed_hi = 0;  // ReadPolicy's push-ahead reach
+    // [lo, cursor), shared with the decode-ahead this stream asked for (Engine::prefetch_bytes
+    // drops pieces the reader has read meanwhile); a new stream in the slot gets a new one.
+    std::shared_ptr<ReadCover> cover;
   };
   bool goes_on(Stream& s, uint64_t off, uint64_t end, uint64_t tol) const;
   // A stream: three reads or more, with a direction, over at least `after` bytes (random reads
@@ -114,9 +119,10 @@ class SequentialPrefetcher {
 struct ReadFollowUp {
   ByteRange around[2];  // file pages of the units the read decoded, other than its own: push
                         // them before the reply (the woken reader must find them cached)
-  ByteRange ahead;      // file pages of the next unit in the stream's direction, when it is
-                        // decoded already: push it after the reply (the reader copies meanwhile)
+  ByteRange ahead;      // file pages of the decoded units next in the stream's direction
+                        // (up to kPushAhead): push them before the reply as well
   ByteRange prefetch;   // data bytes to decode ahead of a stream
+  std::shared_ptr<const ReadCover> cover;  // its stream's cover (Engine::prefetch_bytes)
 };
 
 class ReadPolicy {

@@ -150,9 +150,9 @@ class OpenFile {
   static int64_t live() { return live_.load(std::memory_order_relaxed); }
   // Reads up to `size` bytes at `off` into buf; returns the count (short only at end of file).
   virtual size_t read(uint64_t off, size_t size, char* buf) = 0;
-  // What a read makes worth pushing into the page cache (vfs/read_policy.h): file ranges to
-  // push before the reply (the rest of the units the read decoded) and after it (the next unit
-  // of a stream, already decoded). The FUSE adapter pushes them (notify_store).
+  // What a read makes worth pushing into the page cache (vfs/read_policy.h), before the reply:
+  // file ranges of the rest of the units the read decoded, and of a stream's decoded units
+  // ahead. The FUSE adapter pushes them (notify_store).
   using Range = ByteRange;
   struct Pushes {
     Range before[2];

@@ -329,6 +329,7 @@ std::string Vfs::render_stats() {
                          {"fresh", bc.fresh},
                          {"idle_bytes", bc.idle_bytes}};
   j["chunks_prefetched"] = st.chunks_prefetched.load();
+  j["prefetch_dropped"] = st.prefetch_dropped.load();
   j["cache_hits"] = st.cache_hits.load();
   j["cache_misses"] = st.cache_misses.load();
   j["bytes_pread"] = st.bytes_pread.load();

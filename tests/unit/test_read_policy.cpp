@@ -187,3 +187,45 @@ TEST_CASE("read policy: two readers of one open file keep a stream each", "[vfs]
   CHECK(ahead > 0);
   CHECK(requests < n / 2);              // push-ahead in both streams
 }
+
+TEST_CASE("read policy: a read inside what a stream covered continues it", "[vfs][policy]") {
+  // A push of the units ahead that lands late (or skips pages of a read in flight) makes the
+  // reader ask for a page the stream already reached over. That request must continue the
+  // stream: taking it for a new one restarted the decode-ahead from its smallest window (55 new
+  // streams over a 4,000-frame mmap copy, before).
+  ReadPolicy p(frames(400), stream_cfg());
+  p.choose_readahead_kb(true, 1024);
+  uint64_t next = 0;
+  ReadFollowUp f;
+  for (int i = 0; i < 6; ++i) {  // a stream with pushes ahead
+    f = p.after_read(kHeader + next, 4096, all_decoded);
+    next = f.ahead.len ? f.ahead.end() - kHeader : next + kUnit;
+  }
+  REQUIRE(p.stream().streaming());
+  const uint64_t window = p.stream().window();
+  const auto cover = f.cover;
+  REQUIRE(cover);
+  CHECK(cover->covers(0, next));  // what was read and pushed
+  // The reader asks for a page two units below the top of the pushes, then goes on.
+  const ReadFollowUp g = p.after_read(kHeader + next - 2 * kUnit, 4096, all_decoded);
+  CHECK(g.cover == cover);  // the same stream
+  CHECK(p.stream().streaming());
+  CHECK(p.stream().window() >= window);
+  const ReadFollowUp h = p.after_read(kHeader + next, 4096, all_decoded);
+  CHECK(h.cover == cover);
+  CHECK(cover->covers(0, next + 4096));
+  // A read far from it is another stream, with its own cover.
+  const ReadFollowUp k = p.after_read(kHeader + 300 * kUnit, 4096, all_decoded);
+  CHECK(k.cover != cover);
+  CHECK_FALSE(k.cover->covers(0, kUnit));
+}
+
+TEST_CASE("read policy: a backward stream's cover grows downwards", "[vfs][policy]") {
+  ReadPolicy p(frames(200), stream_cfg());
+  p.choose_readahead_kb(true, 1024);
+  std::shared_ptr<const ReadCover> cover;
+  for (uint64_t i = 199; i > 190; --i) cover = p.after_read(kHeader + i * kUnit, 4096, none_decoded).cover;
+  REQUIRE(p.stream().direction() == SequentialPrefetcher::Direction::Backward);
+  CHECK(cover->covers(191 * kUnit, 200 * kUnit));
+  CHECK_FALSE(cover->covers(189 * kUnit, 200 * kUnit));
+}

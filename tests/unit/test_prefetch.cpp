@@ -1,0 +1,68 @@
+// Engine::prefetch_bytes with a stream's cover (core/engine.h, ReadCover): decode-ahead whose
+// bytes the reader has read meanwhile is dropped, the rest decodes; bytes stay H5Dread's.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <thread>
+
+#include "core/engine.h"
+#include "core/h5file.h"
+#include "tests/support/h5fixture.h"
+
+using namespace h5d;
+using namespace h5d::test;
+
+namespace {
+
+// Waits until `n` decode-ahead tasks have run or been dropped (bounded: a hung pool fails).
+void wait_for_tasks(Engine& e, uint64_t n) {
+  for (int i = 0; i < 3000; ++i) {
+    if (e.stats().chunks_prefetched.load() + e.stats().prefetch_dropped.load() >= n) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  FAIL("decode-ahead did not finish");
+}
+
+}  // namespace
+
+TEST_CASE("decode-ahead drops the pieces its stream has covered and decodes the rest", "[core][prefetch]") {
+  FileSpec f;
+  f.path = scratch_path("prefetch_cover.h5");
+  DsetSpec d;
+  d.dims = {64, 32768};  // 64 frames of 64 KiB, one per chunk: 16 chunks per 1 MiB piece
+  d.chunks = {1, 32768};
+  d.shuffle = d.deflate = true;
+  write_dataset(f, d, 5);
+  const auto oracle = h5_read_all(f.path, "/d");
+  const uint64_t frame = 32768 * 2;
+  static_assert(Engine::kPrefetchPiece == 16 * 65536, "the test's pieces are 16 chunks");
+
+  EngineOptions o;
+  o.threads = 2;
+  Engine e(o);
+  auto a = e.open_file(f.path)->dataset_array("/d");
+  REQUIRE(a->decodes());
+
+  // The stream has read the first 32 frames (two pieces) by the time the decode-ahead runs.
+  auto cover = std::make_shared<ReadCover>();
+  cover->set(0, 32 * frame);
+  e.prefetch_bytes(*a, 0, a->nbytes(), cover);
+  wait_for_tasks(e, 64);
+  CHECK(e.stats().prefetch_dropped.load() == 32);
+  CHECK(e.stats().chunks_prefetched.load() == 32);
+  CHECK(e.stats().chunks_decoded.load() == 32);
+
+  // A reader of the covered half decodes its frames itself; everything is H5Dread's bytes.
+  std::vector<uint8_t> got(oracle.size());
+  e.read_bytes(*a, 0, got.size(), got.data());
+  CHECK(got == oracle);
+  CHECK(e.stats().chunks_decoded.load() == 64);
+
+  // Without a cover nothing is dropped.
+  Engine e2(o);
+  auto a2 = e2.open_file(f.path)->dataset_array("/d");
+  e2.prefetch_bytes(*a2, 0, a2->nbytes());
+  wait_for_tasks(e2, 64);
+  CHECK(e2.stats().prefetch_dropped.load() == 0);
+  CHECK(e2.stats().chunks_decoded.load() == 64);
+}
