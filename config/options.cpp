@@ -185,6 +185,8 @@ const std::vector<Option>& options() {
        [](const Arg& a) { a.m.vfs.prefetch_after = a.size(0, 1ull << 40, "0"); }},
       {{"push", "0|1", "1", "push the rest of the compressed chunks a read touched, and in a stream decoded chunks 1 MiB ahead, into the page cache"},
        [](const Arg& a) { a.m.fuse.push = a.flag(); }},
+      {{"splice", "0|1", "1", "reply with uncompressed data spliced from the source file's page cache, without a copy in the daemon"},
+       [](const Arg& a) { a.m.fuse.splice = a.flag(); }},
       {{"readahead_kb", "N", "1024 as root, else the kernel's", "kernel read-ahead of the mount in KiB (root only: refused for a user; 0: the kernel's 128)"},
        [](const Arg& a) { a.m.fuse.readahead_kb = static_cast<int>(a.uint(0, 1u << 20)); }},
       {{"run_view", "auto|off|per_file", "auto", "the EuXFEL run view (per_file: also each file of a run on its own, beside the run view)"},

@@ -110,4 +110,32 @@ bool ConcatArray::decoded(const Region& r) const {
   return all;
 }
 
+bool ConcatArray::file_runs(uint64_t off, uint64_t len, std::vector<FileRun>& out) const {
+  const uint64_t row_bytes = product(trailing_) * dtype_.itemsize;
+  if (row_bytes == 0 || off >= nbytes() || len > nbytes() - off) return false;
+  const size_t mark = out.size();
+  for (uint64_t pos = off, end = off + len; pos < end;) {
+    const uint64_t row = pos / row_bytes;
+    const size_t i = size_t(std::upper_bound(offsets_.begin(), offsets_.end(), row) - offsets_.begin()) - 1;
+    const uint64_t part_end = (offsets_[i] + parts_[i].rows) * row_bytes;  // in this array's bytes
+    const uint64_t n = std::min(end, part_end) - pos;
+    const uint64_t part_off = parts_[i].begin * row_bytes + (pos - offsets_[i] * row_bytes);
+    if (!part_array(i)->file_runs(part_off, n, out)) {
+      out.resize(mark);
+      return false;
+    }
+    pos += n;
+  }
+  return true;
+}
+
+void append_run(std::vector<FileRun>& out, const std::shared_ptr<const OpenFd>& fd, uint64_t file_off, uint64_t n) {
+  if (n == 0) return;
+  if (!out.empty() && out.back().fd == fd && out.back().file_off + out.back().n == file_off) {
+    out.back().n += n;
+    return;
+  }
+  out.push_back({fd, file_off, n});
+}
+
 }  // namespace h5d

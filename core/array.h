@@ -29,6 +29,15 @@ struct ByteSpan {
   bool empty() const { return hi <= lo; }
 };
 
+class OpenFd;
+
+// Bytes stored verbatim in a source file: n bytes at file offset `file_off` of `fd` (held open
+// while the run is in use).
+struct FileRun {
+  std::shared_ptr<const OpenFd> fd;
+  uint64_t file_off = 0, n = 0;
+};
+
 class Array {
  public:
   virtual ~Array() = default;
@@ -62,8 +71,25 @@ class Array {
     return false;
   }
 
+  // The file runs that hold bytes [off, off + len) of the array's C-order bytes verbatim, in
+  // order, appended to `out`; false (with `out` as it was) when some of those bytes are not
+  // stored so: compressed, fill values, chunks narrower than a row, a damaged or stale extent
+  // (the ordinary read then gives the bytes or the error). Lets the FUSE adapter splice
+  // uncompressed data from the source file's page cache into the reply, without a copy in the
+  // daemon. The caller checks the source's identity only when the runs are made, so a file
+  // rewritten in place between that and the reply is not seen (semantics.md).
+  virtual bool file_runs(uint64_t off, uint64_t len, std::vector<FileRun>& out) const {
+    (void)off;
+    (void)len;
+    (void)out;
+    return false;
+  }
+
   uint64_t nbytes() const { return product(shape()) * dtype().itemsize; }
 };
+
+// Appends a run to `out`, merged with the last one when it continues it in the same file.
+void append_run(std::vector<FileRun>& out, const std::shared_ptr<const OpenFd>& fd, uint64_t file_off, uint64_t n);
 
 using ArrayPtr = std::shared_ptr<const Array>;
 
@@ -134,6 +160,8 @@ class ConcatArray final : public Array {
   ByteSpan decode_span(uint64_t off) const override;
   bool decodes() const override;  // opens the first part
   bool decoded(const Region& r) const override;
+  // The parts' runs, row block by row block (all parts' or none).
+  bool file_runs(uint64_t off, uint64_t len, std::vector<FileRun>& out) const override;
   size_t part_count() const { return parts_.size(); }
 
  private:

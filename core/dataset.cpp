@@ -213,6 +213,15 @@ class ContiguousArray final : public DatasetArray {
     plan_runs(engine_, info_->file, file_id_, what_, runs, plan);
   }
 
+  // C order is file order: bytes [off, off + len) are the file's bytes at addr + off.
+  bool file_runs(uint64_t off, uint64_t len, std::vector<FileRun>& out) const override {
+    if (addr_ == fmt::kUndefAddr || nbytes() > stored_ || off > nbytes() || len > nbytes() - off) return false;
+    const uint64_t size = static_cast<uint64_t>(file_id_.size);
+    if (file_id_.ino == 0 || addr_ > size || off + len > size - addr_) return false;  // the read says why
+    append_run(out, engine_.fds().get(info_->file, &file_id_), addr_ + off, len);
+    return true;
+  }
+
   void plan_prefetch(const Region& r, ReadPlan& plan) const override {
     if (r.empty() || addr_ == fmt::kUndefAddr) return;
     if (nbytes() > stored_) return;
@@ -276,6 +285,37 @@ class ChunkedArray final : public DatasetArray {
     });
     if (!runs.empty()) plan_runs(engine_, info_->file, st_.file_id, what_, runs, plan);
     if (log::debug_enabled()) log::debug("read " + what_ + ": direct (chunked, " + info_->chunk_index + ")");
+  }
+
+  // Chunks as wide as the array's rows hold rows [i * c0, (i + 1) * c0) as one block of bytes:
+  // those stored unfiltered and sound (the checks of plan()) are runs of the file.
+  bool file_runs(uint64_t off, uint64_t len, std::vector<FileRun>& out) const override {
+    const Shape& s = shape();
+    if (s.empty() || ds_rank_ == 0 || off > nbytes() || len > nbytes() - off) return false;
+    for (size_t k = 1; k < s.size(); ++k)
+      if (chunk_ext_[k] != s[k]) return false;
+    const uint64_t cbytes = chunk_bytes_;
+    if (cbytes == 0 || cbytes > kMaxChunkBytes) return false;
+    const ChunkContext& ctx = context();
+    std::shared_ptr<const OpenFd> fd;
+    const size_t mark = out.size();
+    Shape cc(ds_rank_, 0);
+    for (uint64_t pos = off, end = off + len; pos < end;) {
+      cc[0] = pos / cbytes;
+      const uint64_t lin = ctx.map.linear(cc.data());
+      const fmt::ChunkLoc* loc = ctx.map.find(lin);
+      const uint64_t in = pos - cc[0] * cbytes, n = std::min(end - pos, cbytes - in);
+      const uint64_t size = static_cast<uint64_t>(st_.file_id.size);
+      if (!loc || needs_decode(cc, *loc) || !chunk_ok(ctx, cc, lin, *loc) || st_.file_id.ino == 0 ||
+          loc->addr > size || loc->size > size - loc->addr) {
+        out.resize(mark);
+        return false;
+      }
+      if (!fd) fd = engine_.fds().get(info_->file, &st_.file_id);
+      append_run(out, fd, loc->addr + in, n);
+      pos += n;
+    }
+    return true;
   }
 
   void plan_prefetch(const Region& r, ReadPlan& plan) const override {

@@ -43,6 +43,7 @@ struct Stats {
   std::atomic<uint64_t> cache_misses{0};
   std::atomic<uint64_t> bytes_pread{0};
   std::atomic<uint64_t> bytes_pushed{0};  // pushed into the page cache by the FUSE adapter
+  std::atomic<uint64_t> bytes_spliced{0};  // replied from source files without a copy here
   std::atomic<uint64_t> library_reads{0};
   std::atomic<uint64_t> errors{0};
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/fd_cache.h"
 #include "core/log.h"
 
 namespace h5d::fusefs {
@@ -193,6 +194,9 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   // We do not implement readdirplus; let the kernel use plain readdir + lookup.
   conn->want &= ~static_cast<unsigned>(FUSE_CAP_READDIRPLUS);  // want is unsigned
   conn->want &= ~static_cast<unsigned>(FUSE_CAP_READDIRPLUS_AUTO);
+  // Spliced replies (op_read): libfuse then moves file-backed reply buffers through a pipe.
+  c.splice = c.opts.splice && (conn->capable & FUSE_CAP_SPLICE_WRITE);
+  if (c.splice) conn->want |= FUSE_CAP_SPLICE_WRITE;
 }
 
 fuse_entry_param entry_of(fuse_req_t req, const vfs::Attr& a) {
@@ -300,6 +304,32 @@ void push_bytes(Context& c, fuse_ino_t ino, uint64_t off, std::vector<char>& byt
   else if (log::debug_enabled()) log::debug("push of inode " + std::to_string(ino) + " failed: " + std::strerror(-rc));
 }
 
+// Replies with the header bytes and the file runs of a spliced read: libfuse splices the runs
+// from their files' page cache into the reply (or, where it cannot, reads them there).
+void reply_spliced(fuse_req_t req, const vfs::OpenFile::Spliced& sp) {
+  const size_t count = sp.runs.size() + (sp.head_len ? 1 : 0);
+  std::vector<char> mem(sizeof(fuse_bufvec) + count * sizeof(fuse_buf));
+  auto* bv = new (mem.data()) fuse_bufvec{};
+  bv->count = count;
+  size_t i = 0;
+  if (sp.head_len) {
+    bv->buf[i] = fuse_buf{};
+    bv->buf[i].size = sp.head_len;
+    bv->buf[i].mem = const_cast<char*>(sp.head);
+    ++i;
+  }
+  for (const FileRun& r : sp.runs) {
+    bv->buf[i] = fuse_buf{};
+    bv->buf[i].size = static_cast<size_t>(r.n);
+    bv->buf[i].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK | FUSE_BUF_FD_RETRY);
+    bv->buf[i].fd = r.fd->fd();
+    bv->buf[i].pos = static_cast<off_t>(r.file_off);
+    ++i;
+  }
+  const int rc = fuse_reply_data(req, bv, static_cast<fuse_buf_copy_flags>(0));
+  if (rc != 0) log::debug(std::string("spliced reply failed: ") + std::strerror(-rc));
+}
+
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
   guarded(req, "read", ino, [&] {
     thread_local std::vector<char> buf;
@@ -313,6 +343,13 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
       ~InFlight() { reads.remove(ino, off, end); }
     } in_flight{c.reads, ino, o, o + size};
     c.reads.add(ino, o, o + size);
+    if (c.splice && !fs(req).writable()) {
+      vfs::OpenFile::Spliced sp;
+      if (fs(req).read_spliced(*f, o, size, sp)) {
+        reply_spliced(req, sp);
+        return;
+      }
+    }
     vfs::OpenFile::Pushes pushes;
     const size_t n = fs(req).read(*f, o, size, buf.data(), &pushes);
     // Pushes (vfs/read_policy.h), all before the reply: the rest of the units this read decoded

@@ -111,6 +111,7 @@ struct Context {
   std::string mountpoint;
   unsigned readahead_kb = 0;  // 0: the kernel's default
   fuse_session* se = nullptr;  // for notify_store (set before the loop starts)
+  bool splice = false;         // spliced replies (opts.splice and the kernel can): set at INIT
   PerFileReadahead readahead;  // enabled by fusefs/mount.cpp when the daemon can write sysfs
   ReadsInFlight reads;
   PushBuffers push_buffers;

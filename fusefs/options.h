@@ -24,6 +24,10 @@ struct FuseOptions {
   // chunks into the kernel's page cache (fuse_lowlevel_notify_store): a reader that faults one
   // page at a time (mmap with little read-ahead) then costs one request per chunk.
   bool push = true;
+  // Reply with bytes stored verbatim in a source file (uncompressed data) by splicing them from
+  // that file into the reply (fuse_reply_data, FUSE_CAP_SPLICE_WRITE): one copy, the kernel's,
+  // instead of pread into a buffer and a copy of the buffer into the reply.
+  bool splice = true;
 };
 
 }  // namespace h5d::fusefs

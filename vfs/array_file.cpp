@@ -68,6 +68,36 @@ class ArrayOpenFile final : public OpenFile {
 
   size_t read_pushing(uint64_t off, size_t size, char* buf, Pushes& pushes) override {
     const size_t n = read_bytes(off, size, buf);
+    follow_up(off, n, pushes);
+    return n;
+  }
+
+  bool read_spliced(uint64_t off, size_t size, Spliced& out) override {
+    const std::string& header = node_.header_;
+    const uint64_t total = node_.size();
+    if (!array_ || off >= total || size == 0) return false;
+    const uint64_t end = std::min<uint64_t>(off + size, total);
+    out = Spliced{};
+    if (off < header.size()) {
+      out.head = header.data() + off;
+      out.head_len = static_cast<size_t>(std::min<uint64_t>(end, header.size()) - off);
+    }
+    const uint64_t doff = off + out.head_len - header.size();
+    const uint64_t dlen = end - off - out.head_len;
+    if (dlen == 0) return false;  // the header alone: nothing to splice
+    try {
+      if (!array_->file_runs(doff, dlen, out.runs)) return false;
+    } catch (const std::exception&) {
+      return false;  // the ordinary read gives (and logs) the error
+    }
+    Pushes none;
+    follow_up(off, static_cast<size_t>(end - off), none);
+    return true;
+  }
+
+ private:
+  // After a read of [off, off + n): the stream, pushes around it, decode-ahead (read_policy.h).
+  void follow_up(uint64_t off, size_t n, Pushes& pushes) {
     Engine& engine = node_.ctx_.engine;
     const ReadFollowUp next = policy_.after_read(off, n, [&](ByteRange r) {
       return engine.bytes_decoded(*array_, r.off, r.len);
@@ -82,9 +112,9 @@ class ArrayOpenFile final : public OpenFile {
         log::debug("prefetch of " + node_.spec_.what + " failed: " + e.what());
       }
     }
-    return n;
   }
 
+ public:
   size_t read_for_push(uint64_t off, size_t size, char* buf) override { return read_bytes(off, size, buf); }
 
   unsigned choose_readahead_kb(bool push, unsigned mount_kb) override { return policy_.choose_readahead_kb(push, mount_kb); }

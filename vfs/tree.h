@@ -163,6 +163,27 @@ class OpenFile {
     (void)pushes;
     return read(off, size, buf);
   }
+  // A read whose bytes are `head` (in memory owned by the file's node) then file runs stored
+  // verbatim in source files (Array::file_runs): the FUSE adapter splices those into the reply
+  // instead of copying them through the daemon.
+  struct Spliced {
+    const char* head = nullptr;
+    size_t head_len = 0;
+    std::vector<FileRun> runs;
+    size_t size() const {
+      size_t n = head_len;
+      for (const FileRun& r : runs) n += static_cast<size_t>(r.n);
+      return n;
+    }
+  };
+  // Fills `out` and returns true when the whole read (or what the file holds of it) can be
+  // served so, with the same follow-up as read_pushing (stream, decode-ahead); false: read it.
+  virtual bool read_spliced(uint64_t off, size_t size, Spliced& out) {
+    (void)off;
+    (void)size;
+    (void)out;
+    return false;
+  }
   // read() for such a push: the same bytes, but not counted as the reader's progress (no
   // stream or prefetch decisions).
   virtual size_t read_for_push(uint64_t off, size_t size, char* buf) { return read(off, size, buf); }

@@ -271,6 +271,15 @@ size_t Vfs::read(OpenFile& file, uint64_t off, size_t size, char* buf, OpenFile:
   return pushes ? file.read_pushing(off, size, buf, *pushes) : file.read(off, size, buf);
 }
 
+bool Vfs::read_spliced(OpenFile& file, uint64_t off, size_t size, OpenFile::Spliced& out) {
+  if (!file.read_spliced(off, size, out)) return false;
+  Stats& st = engine_.stats();
+  st.reads.fetch_add(1, std::memory_order_relaxed);
+  st.bytes_served.fetch_add(out.size(), std::memory_order_relaxed);
+  st.bytes_spliced.fetch_add(out.size() - out.head_len, std::memory_order_relaxed);
+  return true;
+}
+
 std::string Vfs::readlink(uint64_t ino) {
   NodePtr n = node(ino);
   if (n->kind() != NodeKind::Symlink) fail(EINVAL, "not a symbolic link");
@@ -330,6 +339,7 @@ std::string Vfs::render_stats() {
                          {"idle_bytes", bc.idle_bytes}};
   j["chunks_prefetched"] = st.chunks_prefetched.load();
   j["prefetch_dropped"] = st.prefetch_dropped.load();
+  j["bytes_spliced"] = st.bytes_spliced.load();
   j["cache_hits"] = st.cache_hits.load();
   j["cache_misses"] = st.cache_misses.load();
   j["bytes_pread"] = st.bytes_pread.load();

@@ -1,0 +1,154 @@
+"""Uncompressed data is replied by splicing it from the source file (`-o splice`, default on):
+the bytes must be h5py's for every read (header boundary, odd offsets and sizes, mmap), only data
+stored verbatim may take that path (not fill values, not chunks narrower than a row, not
+compressed chunks), run-view keys splice through their concatenation, and a source shorter than
+its metadata says gives EIO, never the zeros a short splice would leave."""
+import os
+import os.path as osp
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+import h5d_testlib as tl
+
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+
+N = 300
+FRAME = (64, 128)
+
+
+@pytest.fixture(scope='module')
+def src():
+    d = tl.make_tmpdir('splice-src-')
+    rng = np.random.default_rng(11)
+    data = rng.integers(0, 60000, size=(N,) + FRAME, dtype='<u2')
+    with h5py.File(osp.join(d, 'u.h5'), 'w') as f:
+        f.create_dataset('contig', data=data)
+        f.create_dataset('rows', data=data, chunks=(7,) + FRAME)           # whole rows per chunk
+        f.create_dataset('narrow', data=data, chunks=(7, 32, 128))         # half rows: no splice
+        f.create_dataset('be', data=data.astype('>f4'))                    # stored big-endian
+        f.create_dataset('gz', data=data, chunks=(1,) + FRAME, compression='gzip')
+        p = f.create_dataset('holes', shape=data.shape, dtype='<u2', chunks=(10,) + FRAME, fillvalue=7)
+        p[0:50] = data[0:50]
+        p[120:N] = data[120:N]
+    return d
+
+
+NAMES = ['contig', 'rows', 'narrow', 'be', 'gz', 'holes']
+
+
+@pytest.mark.parametrize('opts', [None, 'splice=0'])
+def test_bytes_are_h5pys_whichever_way_they_are_replied(src, opts):
+    rng = np.random.default_rng(5)
+    m = tl.Mount(src, opts)
+    try:
+        with h5py.File(osp.join(src, 'u.h5')) as f:
+            for name in NAMES:
+                tl.check_dataset_files(m.path('u.h5'), name, f[name][()], rng)
+        s = m.stats()
+        if opts is None:
+            assert s['bytes_spliced'] > 0, s
+        else:
+            assert s['bytes_spliced'] == 0, s
+    finally:
+        m.close()
+
+
+@pytest.mark.parametrize('name,spliced', [('contig', True), ('rows', True), ('be', True),
+                                          ('narrow', False), ('gz', False)])
+def test_only_bytes_stored_verbatim_are_spliced(src, name, spliced):
+    m = tl.Mount(src)
+    try:
+        raw = m.path('u.h5', name + '.raw')
+        size = os.stat(raw).st_size
+        with open(raw, 'rb') as f:
+            assert len(f.read()) == size
+        s = m.stats()
+        if spliced:
+            assert s['bytes_spliced'] == size, s
+        else:
+            assert s['bytes_spliced'] == 0, s
+    finally:
+        m.close()
+
+
+def test_chunks_with_fill_values_are_read_not_spliced(src):
+    """A read touching an unwritten chunk is read whole (its fill value is not in the file);
+    reads of written chunks alone are spliced."""
+    m = tl.Mount(src)
+    try:
+        raw = m.path('u.h5', 'holes.raw')
+        row = FRAME[0] * FRAME[1] * 2
+        with h5py.File(osp.join(src, 'u.h5')) as f:
+            exp = f['holes'][()].tobytes()
+        fd = os.open(raw, os.O_RDONLY)
+        try:
+            assert os.pread(fd, 20 * row, 45 * row) == exp[45 * row:65 * row]  # written + fill
+            before = m.stats()['bytes_spliced']
+            assert os.pread(fd, 10 * row, 200 * row) == exp[200 * row:210 * row]  # written only
+            assert m.stats()['bytes_spliced'] > before
+        finally:
+            os.close(fd)
+    finally:
+        m.close()
+
+
+def test_run_view_keys_splice_through_their_files():
+    import euxfel_mock
+    d = tl.make_tmpdir('splice-run-')
+    rng = np.random.default_rng(3)
+    data = rng.integers(0, 4000, size=(90,) + FRAME, dtype='<u2')
+    w = euxfel_mock.RunWriter(osp.join(d, 'r0001'), run_number=1, keep_data=False)
+    key = euxfel_mock.Key('image.data', '<u2', FRAME, chunks='frame',
+                          make=lambda tids, js: data[np.asarray(tids, np.int64) - 10000])
+    source = euxfel_mock.Source('SPB_DET_AGIPD1M-1/DET/0CH0:xtdf', 'INSTRUMENT',
+                                [euxfel_mock.Group('image', [key], lambda t: 1, pad_to=4)])
+    bounds = [0, 25, 60, 90]
+    for s in range(3):
+        w.write_file('AGIPD00', s, [source], list(range(10000 + bounds[s], 10000 + bounds[s + 1])))
+    m = tl.Mount(w.run_dir)
+    try:
+        p = m.path('SPB_DET_AGIPD1M-1', 'DET', '0CH0:xtdf', 'image.data.npy')
+        a = np.load(p, mmap_mode='r')
+        assert np.array_equal(a, data)
+        del a
+        assert m.stats()['bytes_spliced'] >= data.nbytes // 2, m.stats()
+    finally:
+        m.close()
+
+
+def test_a_source_shorter_than_its_metadata_gives_eio_not_zeros(src):
+    """Contiguous data whose end was cut off the file: the bytes before the cut are served, the
+    read across it gives EIO (a spliced reply cut short would have read as zeros)."""
+    d = tl.make_tmpdir('splice-cut-')
+    data = np.arange(N * 64 * 128, dtype='<u2')
+    full = osp.join(d, 'full.h5')
+    with h5py.File(full, 'w') as f:
+        f.create_dataset('contig', data=data)
+        off = f['contig'].id.get_offset()
+    blob = open(full, 'rb').read()
+    os.unlink(full)
+    cut = off + data.nbytes // 2
+    with open(osp.join(d, 'cut.h5'), 'wb') as f:
+        f.write(blob[:cut])
+    m = tl.Mount(d)
+    try:
+        names = os.listdir(m.path('cut.h5'))
+        assert 'contig.raw' in names, names
+        fd = os.open(m.path('cut.h5', 'contig.raw'), os.O_RDONLY)
+        try:
+            half = data.nbytes // 2
+            want = data.tobytes()
+            assert os.pread(fd, 4096, 0) == want[:4096]
+            got = os.pread(fd, 8192, half - 4096)  # across the cut: what lies before it, at most
+            assert got == want[half - 4096:half - 4096 + len(got)] and len(got) <= 4096
+            with pytest.raises(OSError) as e:  # past the cut
+                os.pread(fd, 4096, half + 8192)
+            assert e.value.errno == 5
+        finally:
+            os.close(fd)
+        assert m.proc.poll() is None
+    finally:
+        m.close()
