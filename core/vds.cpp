@@ -143,6 +143,53 @@ class VirtualArray final : public Array {
     return {};
   }
 
+  // For mappings of whole rows only (as decode_span): each row block is a source's bytes moved,
+  // so the runs are the sources' runs. Anything else (another kind of mapping, a missing
+  // source, rows no mapping or more than one covers: fill or overlap) is read, not spliced.
+  bool file_runs(uint64_t off, uint64_t len, std::vector<FileRun>& out) const override {
+    const Shape& sh = shape();
+    const uint64_t row_bytes = sh.empty() ? 0 : nbytes() / std::max<uint64_t>(sh[0], 1);
+    if (row_bytes == 0 || off > nbytes() || len > nbytes() - off) return false;
+    const Resolved& res = resolved();
+    if (res.use_fallback) return false;
+    for (size_t m = 0; m < info_->vds.size(); ++m)
+      if (!res.sources[m] || !whole_rows(res, m)) return false;
+    thread_local int depth = 0;  // VDS over VDS: a chain that loops must not recurse forever
+    if (depth > 32) return false;
+    struct Depth {
+      Depth() { ++depth; }
+      ~Depth() { --depth; }
+    } in;
+    const size_t mark = out.size();
+    for (uint64_t pos = off, end = off + len; pos < end;) {
+      const uint64_t row = pos / row_bytes;
+      size_t hits = 0, src = 0;
+      Seg seg{};
+      for (size_t m = 0; m < info_->vds.size(); ++m) {
+        const Hyperslab& v = info_->vds[m].vspace;
+        const uint64_t vst = std::max<uint64_t>(v.stride[0], 1);
+        if (v.count[0] == 0 || row < v.start[0]) continue;
+        const uint64_t b0 = v.start[0] + std::min((row - v.start[0]) / vst, v.count[0] - 1) * vst;
+        if (row >= b0 + v.block[0]) continue;
+        std::vector<Seg> segs;
+        dim_segments(v, 0, res.srcspace[m], 0, b0, b0 + v.block[0], res.sources[m]->shape()[0], segs);
+        for (const Seg& sg : segs)
+          if (row >= sg.v && row < sg.v + sg.n) {
+            ++hits;
+            src = m;
+            seg = sg;
+          }
+      }
+      const uint64_t n = hits == 1 ? std::min(end, (seg.v + seg.n) * row_bytes) - pos : 0;
+      if (n == 0 || !res.sources[src]->file_runs(seg.s * row_bytes + (pos - seg.v * row_bytes), n, out)) {
+        out.resize(mark);
+        return false;
+      }
+      pos += n;
+    }
+    return true;
+  }
+
   bool decodes() const override {
     const Resolved& res = resolved();
     if (res.use_fallback) return false;

@@ -152,3 +152,51 @@ def test_a_source_shorter_than_its_metadata_gives_eio_not_zeros(src):
         assert m.proc.poll() is None
     finally:
         m.close()
+
+
+def test_vds_of_whole_rows_splices_from_its_sources_and_others_are_read():
+    d = tl.make_tmpdir('splice-vds-')
+    rng = np.random.default_rng(8)
+    data = rng.integers(0, 60000, size=(120,) + FRAME, dtype='<u2')
+    bounds = [0, 30, 75, 120]
+    layouts = {'cat': h5py.VirtualLayout(shape=data.shape, dtype=data.dtype),
+               'gap': h5py.VirtualLayout(shape=(130,) + FRAME, dtype=data.dtype),   # rows 120+: fill
+               'gz': h5py.VirtualLayout(shape=data.shape, dtype=data.dtype)}
+    for i in range(3):
+        a, b = bounds[i], bounds[i + 1]
+        p = osp.join(d, f'part{i}.h5')
+        with h5py.File(p, 'w') as f:
+            f.create_dataset('data', data=data[a:b], chunks=(5,) + FRAME if i == 1 else None)
+            f.create_dataset('gz', data=data[a:b], chunks=(1,) + FRAME, compression='gzip')
+        vs = h5py.VirtualSource(p, 'data', shape=(b - a,) + FRAME)
+        layouts['cat'][a:b] = vs
+        layouts['gap'][a:b] = vs
+        layouts['gz'][a:b] = h5py.VirtualSource(p, 'gz', shape=(b - a,) + FRAME)
+    with h5py.File(osp.join(d, 'vds.h5'), 'w') as f:
+        for name, lay in layouts.items():
+            f.create_virtual_dataset(name, lay, fillvalue=3)
+    m = tl.Mount(d)
+    try:
+        with h5py.File(osp.join(d, 'vds.h5')) as f:
+            for name, spliced in [('cat', True), ('gap', None), ('gz', False)]:
+                exp = f[name][()]
+                before = m.stats()['bytes_spliced']
+                raw = m.path('vds.h5', name + '.raw')
+                with open(raw, 'rb') as fh:
+                    assert fh.read() == exp.tobytes(), name
+                got = m.stats()['bytes_spliced'] - before
+                if spliced is True:
+                    assert got == exp.nbytes, (name, got)
+                elif spliced is False:
+                    assert got == 0, (name, got)
+                tl.check_dataset_files(m.path('vds.h5'), name, exp)
+        row = FRAME[0] * FRAME[1] * 2
+        fd = os.open(m.path('vds.h5', 'gap.raw'), os.O_RDONLY)
+        try:  # a read across the last source and the fill rows is read, and right
+            got = os.pread(fd, 20 * row, 110 * row)
+            with h5py.File(osp.join(d, 'vds.h5')) as f:
+                assert got == f['gap'][110:130].tobytes()
+        finally:
+            os.close(fd)
+    finally:
+        m.close()
