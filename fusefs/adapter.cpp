@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -196,7 +197,18 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   conn->want &= ~static_cast<unsigned>(FUSE_CAP_READDIRPLUS_AUTO);
   // Spliced replies (op_read): libfuse then moves file-backed reply buffers through a pipe.
   c.splice = c.opts.splice && (conn->capable & FUSE_CAP_SPLICE_WRITE);
-  if (c.splice) conn->want |= FUSE_CAP_SPLICE_WRITE;
+  if (c.splice) {
+    conn->want |= FUSE_CAP_SPLICE_WRITE;
+    // libfuse splices a reply only through a pipe that holds all of it (and a page per buffer
+    // more); pipes grow to fs.pipe-max-size at most (1 MiB by default). A larger reply falls
+    // back to a copy through a buffer libfuse allocates per reply: slower than our own read.
+    c.splice_max = 1u << 20;
+    if (FILE* f = std::fopen("/proc/sys/fs/pipe-max-size", "r")) {
+      unsigned long v = 0;
+      if (std::fscanf(f, "%lu", &v) == 1) c.splice_max = v;
+      std::fclose(f);
+    }
+  }
 }
 
 fuse_entry_param entry_of(fuse_req_t req, const vfs::Attr& a) {
@@ -343,7 +355,10 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
       ~InFlight() { reads.remove(ino, off, end); }
     } in_flight{c.reads, ino, o, o + size};
     c.reads.add(ino, o, o + size);
-    if (c.splice && !fs(req).writable()) {
+    // Room for the reply header and a page per buffer (kSpliceBuffers runs at most, beyond which
+    // libfuse copies instead: correct, only slower).
+    constexpr size_t kSpliceBuffers = 12;
+    if (c.splice && size + (kSpliceBuffers + 3) * 4096 <= c.splice_max && !fs(req).writable()) {
       vfs::OpenFile::Spliced sp;
       if (fs(req).read_spliced(*f, o, size, sp)) {
         reply_spliced(req, sp);

@@ -112,6 +112,7 @@ struct Context {
   unsigned readahead_kb = 0;  // 0: the kernel's default
   fuse_session* se = nullptr;  // for notify_store (set before the loop starts)
   bool splice = false;         // spliced replies (opts.splice and the kernel can): set at INIT
+  size_t splice_max = 0;       // the largest pipe libfuse can splice through (fs.pipe-max-size)
   PerFileReadahead readahead;  // enabled by fusefs/mount.cpp when the daemon can write sysfs
   ReadsInFlight reads;
   PushBuffers push_buffers;
