@@ -102,6 +102,18 @@ void Handles::clear() {
   if (!left.empty()) log::info(std::to_string(left.size()) + " handle(s) never released by the kernel freed at exit");
 }
 
+size_t splice_pipe_max() {
+  size_t v = 1u << 20;  // the kernel's default
+  if (FILE* f = std::fopen("/proc/sys/fs/pipe-max-size", "r")) {
+    unsigned long x = 0;
+    if (std::fscanf(f, "%lu", &x) == 1 && x >= 4096) v = x;
+    std::fclose(f);
+  }
+  return v;
+}
+
+size_t splice_max_read() { return (splice_pipe_max() - (kSpliceBuffers + 3) * 4096) / 4096 * 4096; }
+
 namespace {
 
 Context& ctx(fuse_req_t req) { return *static_cast<Context*>(fuse_req_userdata(req)); }
@@ -199,16 +211,9 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   c.splice = c.opts.splice && (conn->capable & FUSE_CAP_SPLICE_WRITE);
   if (c.splice) {
     conn->want |= FUSE_CAP_SPLICE_WRITE;
-    // libfuse splices a reply only through a pipe that holds all of it (and a page per buffer
-    // more); pipes grow to fs.pipe-max-size at most (1 MiB by default). A larger reply falls
-    // back to a copy through a buffer libfuse allocates per reply: slower than our own read.
-    c.splice_max = 1u << 20;
-    if (FILE* f = std::fopen("/proc/sys/fs/pipe-max-size", "r")) {
-      unsigned long v = 0;
-      if (std::fscanf(f, "%lu", &v) == 1) c.splice_max = v;
-      std::fclose(f);
-    }
+    c.splice_max = splice_pipe_max();
   }
+  if (c.max_read) conn->max_read = c.max_read;
 }
 
 fuse_entry_param entry_of(fuse_req_t req, const vfs::Attr& a) {
@@ -355,9 +360,6 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
       ~InFlight() { reads.remove(ino, off, end); }
     } in_flight{c.reads, ino, o, o + size};
     c.reads.add(ino, o, o + size);
-    // Room for the reply header and a page per buffer (kSpliceBuffers runs at most, beyond which
-    // libfuse copies instead: correct, only slower).
-    constexpr size_t kSpliceBuffers = 12;
     if (c.splice && size + (kSpliceBuffers + 3) * 4096 <= c.splice_max && !fs(req).writable()) {
       vfs::OpenFile::Spliced sp;
       if (fs(req).read_spliced(*f, o, size, sp)) {

@@ -113,11 +113,22 @@ struct Context {
   fuse_session* se = nullptr;  // for notify_store (set before the loop starts)
   bool splice = false;         // spliced replies (opts.splice and the kernel can): set at INIT
   size_t splice_max = 0;       // the largest pipe libfuse can splice through (fs.pipe-max-size)
+  size_t max_read = 0;         // requests' largest size, when capped (fusefs/mount.cpp); 0: the kernel's
   PerFileReadahead readahead;  // enabled by fusefs/mount.cpp when the daemon can write sysfs
   ReadsInFlight reads;
   PushBuffers push_buffers;
   Handles handles;  // cleared by fusefs/mount.cpp when the session loop has ended
 };
+
+// libfuse splices a reply only through one pipe that holds all of it and a page per buffer
+// more; pipes grow to fs.pipe-max-size at most (1 MiB by default). A larger reply falls back to
+// a copy through a buffer libfuse allocates per reply, slower than the daemon's own read. So a
+// spliced reply has at most kSpliceBuffers buffers, and with splicing on, requests are capped at
+// splice_max_read() (a 1 MiB read-ahead window then takes two requests instead of one; the
+// splice halves the daemon's CPU per byte: docs/benchmarks.md).
+constexpr size_t kSpliceBuffers = 12;
+size_t splice_pipe_max();
+size_t splice_max_read();
 
 const fuse_lowlevel_ops& operations();
 

@@ -440,6 +440,12 @@ int run_mount(int argc, char** argv) {
   if (m.fuse.allow_other) mount_opts += ",allow_other";
   if (m.fuse.allow_root) mount_opts += ",allow_root";
   if (m.fuse.auto_unmount) mount_opts += ",auto_unmount";
+  // Spliced replies must fit libfuse's pipe: cap the requests to what does (fusefs/adapter.h).
+  size_t max_read = 0;
+  if (m.fuse.splice && !m.vfs.writable && splice_max_read() < (1u << 20)) {
+    max_read = splice_max_read();
+    mount_opts += ",max_read=" + std::to_string(max_read);
+  }
   std::vector<std::string> arg_store = {prog, "-o", mount_opts};
   std::vector<char*> fargv;
   for (auto& a : arg_store) fargv.push_back(a.data());
@@ -450,6 +456,7 @@ int run_mount(int argc, char** argv) {
   ctx.mountpoint = m.mountpoint;
   ctx.readahead_kb = static_cast<unsigned>(std::max(0, effective_readahead_kb(m.fuse.readahead_kb)));
   ctx.at_init = raise_readahead;
+  ctx.max_read = max_read;
   std::unique_ptr<fuse_session, SessionDeleter> se(
       fuse_session_new(&args, &operations(), sizeof(fuse_lowlevel_ops), &ctx));
   fuse_opt_free_args(&args);
