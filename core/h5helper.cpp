@@ -11,7 +11,10 @@
 
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <functional>
+#include <future>
+#include <thread>
 
 #include "core/engine.h"
 #include "core/euxfel/h5meta.h"
@@ -64,6 +67,7 @@ void write_all(int fd, const void* data, size_t n, Clock::time_point deadline, c
     const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
+      if (errno == EPIPE || errno == ECONNRESET) throw Broken{"crashed"};  // it is gone
       throw Broken{std::string("request not sent: ") + std::strerror(errno)};
     }
     p += w;
@@ -112,6 +116,46 @@ bool write_blocking(int fd, const void* data, size_t n) {
                            [fd](const char* p, size_t k) { return ::send(fd, p, k, MSG_NOSIGNAL); });
 }
 
+// PR_SET_PDEATHSIG (which a helper sets, helper/main.cpp) fires when the *thread* that spawned
+// it ends, not the process: libfuse's worker threads come and go (max_idle_threads), and a
+// writer process spawned from one would be killed with it, its file's unflushed metadata lost.
+// So every helper is spawned from this one thread, which lives as long as the process (never
+// joined nor destroyed). Its mutex is a leaf (lock level 5).
+class Spawner {
+ public:
+  static Spawner& get() {
+    static Spawner* s = new Spawner;  // never destroyed: its thread must outlive every helper
+    return *s;
+  }
+  // Runs fn on the spawner thread and returns its result (or rethrows its exception).
+  void run(const std::function<void()>& fn) {
+    std::packaged_task<void()> task(fn);
+    auto done = task.get_future();
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      queue_.push_back(&task);
+    }
+    cv_.notify_one();
+    done.get();
+  }
+
+ private:
+  Spawner() { std::thread([this] { loop(); }).detach(); }
+  [[noreturn]] void loop() {
+    for (;;) {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return !queue_.empty(); });
+      std::packaged_task<void()>* t = queue_.front();
+      queue_.pop_front();
+      lk.unlock();
+      (*t)();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<void()>*> queue_;
+};
+
 }  // namespace
 
 std::string find_helper() {
@@ -154,7 +198,8 @@ void HelperProcess::start(const std::string& path) {
                              const_cast<char*>("3"), const_cast<char*>("--parent"),
                              const_cast<char*>(parent.c_str()), nullptr};
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, path.c_str(), &fa, &attr, argv.data(), environ);
+  int rc = 0;
+  Spawner::get().run([&] { rc = ::posix_spawn(&pid, path.c_str(), &fa, &attr, argv.data(), environ); });
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   ::close(child);
@@ -179,11 +224,15 @@ void HelperProcess::kill(std::string* how) {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   if (pid_ > 0) {
-    ::kill(pid_, SIGKILL);
     int status = 0;
-    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    // Dead already (killed from outside, say): its own end is named, SIGKILL included.
+    const bool dead = ::waitpid(pid_, &status, WNOHANG) == pid_;
+    if (!dead) {
+      ::kill(pid_, SIGKILL);
+      while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+      }
     }
-    if (how && WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL) {
+    if (how && WIFSIGNALED(status) && (dead || WTERMSIG(status) != SIGKILL)) {
       *how += " (signal " + std::to_string(WTERMSIG(status)) + ", " + strsignal(WTERMSIG(status)) + ")";
     } else if (how && WIFEXITED(status)) {
       *how += " (exit status " + std::to_string(WEXITSTATUS(status)) + ")";

@@ -467,7 +467,15 @@ class ChunkedWriter final : public DatasetWriter,
         std::lock_guard<std::mutex> lk(mu_);
         if (closed_) return;
       }
-      flush(false);
+      try {
+        flush(false);
+      } catch (...) {
+        // Reported once, here: what is pending cannot reach the file (its writer process died,
+        // say), and a later close (the destructor after close_all) would only fail again.
+        std::lock_guard<std::mutex> lk(mu_);
+        closed_ = true;
+        throw;
+      }
       {
         std::lock_guard<std::mutex> lk(mu_);
         const bool dirty = std::any_of(pending_.begin(), pending_.end(), [](const auto& p) { return p.second->dirty; });
@@ -1424,7 +1432,7 @@ void Writer::close_all() {
     const std::string e = f->close();  // logged there
     if (!e.empty() && first_error.empty()) first_error = e;
   }
-  if (!first_error.empty()) fail(EIO, first_error);
+  if (!first_error.empty()) throw Error(EIO, first_error, true);  // each was logged above
 }
 
 }  // namespace h5d
