@@ -1271,6 +1271,18 @@ bool Writer::owns(const std::string& path) {
   return it != files_.end() && it->second->created && !it->second->closed;
 }
 
+pid_t Writer::writer_pid(const std::string& path) {
+  std::shared_ptr<FileState> fs;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = files_.find(path);
+    if (it == files_.end()) return 0;
+    fs = it->second;
+  }
+  std::lock_guard<std::mutex> g(fs->mu);  // level 2: after mu_ (level 4) is let go
+  return fs->h5 && !fs->closed ? fs->h5->pid() : 0;
+}
+
 std::shared_ptr<Writer::FileState> Writer::file_state(const std::string& path) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = files_.find(path);

@@ -152,6 +152,9 @@ class Writer {
   void create_file(const std::string& path, const NewFileOwner* owner = nullptr);
   // True for files created by this writer (only those take new groups and datasets).
   bool owns(const std::string& path);
+  // The writer process of a file created here (its libhdf5 side), 0 when there is none (in
+  // process, not ours, closed). Tests kill it; the log line of create_file names it too.
+  pid_t writer_pid(const std::string& path);
   void create_group(const std::string& file, const std::string& group_path);
   // Creates a dataset and returns its writer; metadata is flushed before this returns.
   DatasetWriterPtr create_dataset(const std::string& file, const std::string& dset_path,

@@ -68,6 +68,14 @@ def failure_lines(m, fname):
             if 'HDF5 writer process (pid' in ln and fname in ln and 'error:' in ln and 'release (inode' not in ln]
 
 
+def two_written_files(m, first, seeds):
+    """`first` and other.h5 created through the mount, each with a chunked dataset x: returns
+    (descriptor, reference) for each."""
+    os.mkdir(m.path(first))
+    os.mkdir(m.path('other.h5'))
+    return [(make_dataset(m, n), ref(s)) for n, s in zip((first, 'other.h5'), seeds)]
+
+
 def frame_bytes(a, k):
     return a[k].tobytes()
 
@@ -116,11 +124,7 @@ def srcdir():
 def test_a_killed_writer_process_costs_only_its_file(srcdir, mount):
     good = write_good(osp.join(srcdir, 'good.h5'), 3)
     m = mount(srcdir, 'writable')
-    os.mkdir(m.path('victim.h5'))
-    os.mkdir(m.path('other.h5'))
-    a, b = ref(1), ref(2)
-    fa = make_dataset(m, 'victim.h5')
-    fb = make_dataset(m, 'other.h5')
+    (fa, a), (fb, b) = two_written_files(m, 'victim.h5', (1, 2))
     fc = make_dataset(m, 'victim.h5', 'plain', compression=None)  # contiguous: pwrite only
     write_frames(fa, a, range(4))
     os.fsync(fa)  # the first four chunks are in the file
@@ -176,11 +180,7 @@ def test_a_killed_writer_process_costs_only_its_file(srcdir, mount):
 
 def test_a_created_file_changed_behind_the_mount_costs_at_most_that_file(srcdir, mount):
     m = mount(srcdir, 'writable')
-    os.mkdir(m.path('changed.h5'))
-    os.mkdir(m.path('other.h5'))
-    a, b = ref(4), ref(5)
-    fa = make_dataset(m, 'changed.h5')
-    fb = make_dataset(m, 'other.h5')
+    (fa, a), (fb, b) = two_written_files(m, 'changed.h5', (4, 5))
     write_frames(fa, a, range(3))
     write_frames(fb, b, range(4))
     os.fsync(fa)
@@ -221,11 +221,7 @@ def test_a_writer_process_that_hangs_crashes_or_talks_garbage(mode):
     open(control, 'w').close()
     m = Mount(src, opts='writable,hdf5_timeout=2', env=dict(os.environ, H5DIRECT_HELPER_FAULT_FILE=control))
     try:
-        os.mkdir(m.path('victim.h5'))
-        os.mkdir(m.path('other.h5'))
-        a, b = ref(6), ref(7)
-        fa = make_dataset(m, 'victim.h5')
-        fb = make_dataset(m, 'other.h5')
+        (fa, a), (fb, b) = two_written_files(m, 'victim.h5', (6, 7))
         with open(control, 'w') as f:
             f.write(f'{mode}:victim.h5')
         t0 = time.monotonic()
