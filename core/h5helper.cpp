@@ -536,7 +536,11 @@ int serve(int fd) {
     rh.seq = h.seq;
     std::string reply;
     const Op op = static_cast<Op>(h.kind);
-    const uint32_t limit = op == Op::LibraryRead ? proto::kMaxDataReply : proto::kMaxMetaReply;
+    // A chunk read back (ReadChunk) is as large as it was written, which the daemon allowed
+    // (kMaxWriteRequest) and asks for exactly.
+    const uint32_t limit = op == Op::LibraryRead ? proto::kMaxDataReply
+                           : op == Op::ReadChunk ? proto::kMaxWriteRequest
+                                                 : proto::kMaxMetaReply;
     try {
       if (h.kind == 0 || h.kind > static_cast<uint16_t>(Op::Last)) fail(EINVAL, "unknown request " + std::to_string(h.kind));
       if (op != Op::WriteChunk && h.length > proto::kMaxRequest) fail(EINVAL, "request too large");

@@ -1047,7 +1047,7 @@ class RemoteWriteFile final : public WriteFile {
     proto::put(o, offset);
     proto::put(o, size);
     // The reply is the chunk's size as written (asked for) plus the mask and a length: exactly.
-    if (size > proto::kMaxDataReply - 16) fail(EFBIG, path_ + ":" + p + ": chunk too large to read back");
+    if (size > proto::kMaxWriteRequest - 12) fail(EFBIG, path_ + ":" + p + ": chunk too large to read back");
     const std::string reply = call(proto::Op::ReadChunk, p, o, static_cast<uint32_t>(size + 12));
     proto::In in(reply);
     std::vector<uint8_t> bytes;

@@ -940,3 +940,33 @@ TEST_CASE("writer: a killed writer process fails its file's writes with EIO, not
   REQUIRE(diff(Bytes(s.data.begin(), s.data.begin() + 128), Bytes(src.begin(), src.begin() + 128)) == "");
   REQUIRE(diff(read_stored(fa, "/contiguous", "<u2").data, Bytes(src.begin(), src.begin() + 128)) == "");
 }
+
+TEST_CASE("writer: a chunk larger than a metadata reply is read back through its writer process", "[writer]") {
+  Engine e(engine_with_helpers());
+  // One chunk above proto::kMaxMetaReply (64 MiB), stored as is (no filter), and room for one
+  // partial chunk only: writing into the other chunk spills the first to the file, and its
+  // next bytes bring all of it back through the socket (H5Dread_chunk in the process).
+  const uint64_t chunk = (64ull << 20) + 4096;  // bytes; elements of 2 bytes
+  WriterOptions wo;
+  wo.pending_budget = chunk;
+  Writer w(e, wo);
+  const std::string f = fresh_path("big_chunk");
+  w.create_file(f);
+  NewDataset spec;
+  spec.shape = {chunk};  // 2 chunks of chunk / 2 elements
+  spec.typestr = "<u2";
+  spec.chunks = {chunk / 2};
+  auto d = w.create_dataset(f, "/big", spec);
+  const Bytes src = make_values("<u2", chunk, 21);
+  const uint64_t h = chunk / 2;
+  d->write(0, src.data(), h);                              // chunk 0, half
+  d->write(chunk, src.data() + chunk, h);                  // chunk 1: chunk 0 spilled
+  d->write(h, src.data() + h, chunk - h);                  // chunk 0 read back, completed
+  Bytes expect = src;
+  std::fill(expect.begin() + static_cast<std::ptrdiff_t>(chunk + h), expect.end(), 0);  // never written
+  Bytes back(src.size());
+  d->read(0, back.size(), back.data());  // chunk 1 read back from the file as well
+  REQUIRE(diff(back, expect) == "");
+  w.close_all();
+  REQUIRE(diff(read_stored(f, "/big", "<u2").data, expect) == "");
+}
