@@ -697,7 +697,15 @@ class ChunkedWriter final : public DatasetWriter,
       return in;
     }
     std::vector<uint8_t> out;
-    decode_chunk(pipeline_, mask, itemsize_, in, chunk_bytes_, out);
+    try {
+      // The file's bytes, which its owner may have changed behind the writer: checked by the
+      // decoder like any chunk read (EIO), named here.
+      decode_chunk(pipeline_, mask, itemsize_, in, chunk_bytes_, out);
+    } catch (const Error& e) {
+      const std::string msg = what_ + ": chunk " + chunk_name(c) + " read back from the file: " + e.what();
+      log::error(msg);
+      throw Error(EIO, msg, true);
+    }
     return out;
   }
 

@@ -197,6 +197,12 @@ def test_a_created_file_changed_behind_the_mount_costs_at_most_that_file(srcdir,
     eio(lambda: os.close(fa))
     eio(lambda: os.mkdir(m.path('changed.h5', 'g')))
     assert daemon_alive(m), m.log()
+    # Whatever failed was logged naming the file (and, for a chunk, the dataset and the chunk).
+    for ln in m.log().splitlines():
+        if 'error:' in ln:
+            assert 'changed.h5' in ln, ln
+            if 'chunk' in ln:
+                assert re.search(r'changed\.h5:/x: .*chunk \(\d+,\d+,\d+\)', ln), ln
     write_frames(fb, b, range(4, 8))
     os.fsync(fb)
     os.close(fb)
