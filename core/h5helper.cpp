@@ -11,13 +11,17 @@
 
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <functional>
+#include <future>
+#include <thread>
 
 #include "core/engine.h"
 #include "core/euxfel/h5meta.h"
 #include "core/h5file.h"
 #include "core/h5lib.h"
 #include "core/log.h"
+#include "core/writer.h"
 
 extern char** environ;
 
@@ -27,9 +31,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // A failure of the transport (crash, hang, malformed reply): the helper is killed.
-struct Broken {
-  std::string why;
-};
+using Broken = HelperProcess::Broken;
 
 bool executable(const std::string& p) { return !p.empty() && ::access(p.c_str(), X_OK) == 0; }
 
@@ -65,6 +67,7 @@ void write_all(int fd, const void* data, size_t n, Clock::time_point deadline, c
     const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
+      if (errno == EPIPE || errno == ECONNRESET) throw Broken{"crashed"};  // it is gone
       throw Broken{std::string("request not sent: ") + std::strerror(errno)};
     }
     p += w;
@@ -113,6 +116,46 @@ bool write_blocking(int fd, const void* data, size_t n) {
                            [fd](const char* p, size_t k) { return ::send(fd, p, k, MSG_NOSIGNAL); });
 }
 
+// PR_SET_PDEATHSIG (which a helper sets, helper/main.cpp) fires when the *thread* that spawned
+// it ends, not the process: libfuse's worker threads come and go (max_idle_threads), and a
+// writer process spawned from one would be killed with it, its file's unflushed metadata lost.
+// So every helper is spawned from this one thread, which lives as long as the process (never
+// joined nor destroyed). Its mutex is a leaf (lock level 5).
+class Spawner {
+ public:
+  static Spawner& get() {
+    static Spawner* s = new Spawner;  // never destroyed: its thread must outlive every helper
+    return *s;
+  }
+  // Runs fn on the spawner thread and returns its result (or rethrows its exception).
+  void run(const std::function<void()>& fn) {
+    std::packaged_task<void()> task(fn);
+    auto done = task.get_future();
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      queue_.push_back(&task);
+    }
+    cv_.notify_one();
+    done.get();
+  }
+
+ private:
+  Spawner() { std::thread([this] { loop(); }).detach(); }
+  [[noreturn]] void loop() {
+    for (;;) {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return !queue_.empty(); });
+      std::packaged_task<void()>* t = queue_.front();
+      queue_.pop_front();
+      lk.unlock();
+      (*t)();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<void()>*> queue_;
+};
+
 }  // namespace
 
 std::string find_helper() {
@@ -124,25 +167,8 @@ std::string find_helper() {
   return "";
 }
 
-HelperPool::HelperPool(HelperOptions opts) : opts_(std::move(opts)) {
-  slots_.resize(std::max(1u, opts_.count));
-}
-
-HelperPool::~HelperPool() {
-  for (Slot& s : slots_) kill_slot(s, nullptr);
-}
-
-uint64_t HelperPool::requests() const {
-  std::lock_guard<std::mutex> lk(mu_);
-  return requests_;
-}
-
-uint64_t HelperPool::failures() const {
-  std::lock_guard<std::mutex> lk(mu_);
-  return failures_;
-}
-
-void HelperPool::spawn(Slot& s) {
+void HelperProcess::start(const std::string& path) {
+  if (pid_ > 0) return;
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
     fail(EIO, std::string("cannot start the HDF5 helper: socketpair: ") + std::strerror(errno));
@@ -168,37 +194,107 @@ void HelperPool::spawn(Slot& s) {
   posix_spawnattr_setpgroup(&attr, 0);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
   const std::string parent = std::to_string(::getpid());
-  std::vector<char*> argv = {const_cast<char*>(opts_.path.c_str()), const_cast<char*>("--fd"),
+  std::vector<char*> argv = {const_cast<char*>(path.c_str()), const_cast<char*>("--fd"),
                              const_cast<char*>("3"), const_cast<char*>("--parent"),
                              const_cast<char*>(parent.c_str()), nullptr};
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, opts_.path.c_str(), &fa, &attr, argv.data(), environ);
+  int rc = 0;
+  Spawner::get().run([&] { rc = ::posix_spawn(&pid, path.c_str(), &fa, &attr, argv.data(), environ); });
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   ::close(child);
   if (rc != 0) {
     ::close(sv[0]);
-    fail(EIO, "cannot start the HDF5 helper " + opts_.path + ": " + std::strerror(rc));
+    fail(EIO, "cannot start the HDF5 helper " + path + ": " + std::strerror(rc));
   }
-  s.pid = pid;
-  s.fd = sv[0];
+  pid_ = pid;
+  fd_ = sv[0];
 }
 
-void HelperPool::kill_slot(Slot& s, std::string* how) {
-  if (s.fd >= 0) ::close(s.fd);
-  s.fd = -1;
-  if (s.pid > 0) {
-    ::kill(s.pid, SIGKILL);
+bool HelperProcess::reap_if_dead() {
+  int status = 0;
+  if (pid_ <= 0 || ::waitpid(pid_, &status, WNOHANG) != pid_) return false;
+  ::close(fd_);
+  fd_ = -1;
+  pid_ = -1;
+  return true;
+}
+
+void HelperProcess::kill(std::string* how) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (pid_ > 0) {
     int status = 0;
-    while (::waitpid(s.pid, &status, 0) < 0 && errno == EINTR) {
+    // Dead already (killed from outside, say): its own end is named, SIGKILL included.
+    const bool dead = ::waitpid(pid_, &status, WNOHANG) == pid_;
+    if (!dead) {
+      ::kill(pid_, SIGKILL);
+      while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+      }
     }
-    if (how && WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL) {
+    if (how && WIFSIGNALED(status) && (dead || WTERMSIG(status) != SIGKILL)) {
       *how += " (signal " + std::to_string(WTERMSIG(status)) + ", " + strsignal(WTERMSIG(status)) + ")";
     } else if (how && WIFEXITED(status)) {
       *how += " (exit status " + std::to_string(WEXITSTATUS(status)) + ")";
     }
   }
-  s.pid = -1;
+  pid_ = -1;
+}
+
+uint16_t HelperProcess::exchange(proto::Op op, const std::string& body, uint32_t max_reply, unsigned timeout_ms,
+                                 std::string& reply) {
+  if (fd_ < 0) throw Broken{"is not running"};
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  const std::string timeout_why = "timed out after " + std::to_string(timeout_ms) + " ms";
+  proto::Header h;
+  h.kind = static_cast<uint16_t>(op);
+  h.seq = ++seq_;
+  h.length = static_cast<uint32_t>(body.size());
+  uint8_t hb[proto::kHeaderSize];
+  proto::encode_header(h, hb);
+  write_all(fd_, hb, sizeof hb, deadline, timeout_why);
+  write_all(fd_, body.data(), body.size(), deadline, timeout_why);
+  read_all(fd_, hb, sizeof hb, deadline, timeout_why);
+  proto::Header rh;
+  try {
+    rh = proto::decode_header(hb, max_reply);
+  } catch (const Error& e) {
+    throw Broken{std::string("sent a bad reply: ") + e.what()};
+  }
+  if (rh.seq != h.seq || (rh.kind != proto::kReplyOk && rh.kind != proto::kReplyError))
+    throw Broken{"sent a bad reply: wrong sequence number or kind"};
+  reply.resize(rh.length);
+  read_all(fd_, reply.data(), reply.size(), deadline, timeout_why);
+  return rh.kind;
+}
+
+void throw_reply_error(const std::string& reply, const std::string& what) {
+  proto::In in(reply);
+  int code = EIO;
+  std::string msg;
+  try {
+    code = static_cast<int>(in.u32());
+    msg = in.str();
+    in.end();
+  } catch (const Error&) {
+    msg = what + ": malformed error reply from the HDF5 helper";
+  }
+  if (code <= 0 || code > 4095) code = EIO;
+  throw Error(code, msg);
+}
+
+HelperPool::HelperPool(HelperOptions opts) : opts_(std::move(opts)), slots_(std::max(1u, opts_.count)) {}
+
+HelperPool::~HelperPool() = default;  // each slot's HelperProcess kills its helper
+
+uint64_t HelperPool::requests() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return requests_;
+}
+
+uint64_t HelperPool::failures() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return failures_;
 }
 
 size_t HelperPool::acquire(const std::string& file) {
@@ -263,42 +359,18 @@ std::string HelperPool::call(proto::Op op, const std::string& file, const std::s
   check_bad(file);
   if (body.size() > proto::kMaxRequest) fail(EINVAL, file + ":" + object + ": request too large");
   const size_t i = acquire(file);
-  Slot& s = slots_[i];  // ours until release(i)
+  HelperProcess& p = slots_[i].proc;  // ours until release(i)
   std::string reply;
-  proto::Header rh;
+  uint16_t kind = 0;
   try {
     // A helper that died while idle (killed from outside, say) is restarted, not blamed on
     // this request's file.
-    int status = 0;
-    if (s.pid > 0 && ::waitpid(s.pid, &status, WNOHANG) == s.pid) {
-      ::close(s.fd);
-      s.fd = -1;
-      s.pid = -1;
-    }
-    if (s.pid < 0) spawn(s);
-    const auto deadline = Clock::now() + std::chrono::milliseconds(opts_.timeout_ms);
-    const std::string timeout_why = "timed out after " + std::to_string(opts_.timeout_ms) + " ms";
-    proto::Header h;
-    h.kind = static_cast<uint16_t>(op);
-    h.seq = ++s.seq;
-    h.length = static_cast<uint32_t>(body.size());
-    uint8_t hb[proto::kHeaderSize];
-    proto::encode_header(h, hb);
-    write_all(s.fd, hb, sizeof hb, deadline, timeout_why);
-    write_all(s.fd, body.data(), body.size(), deadline, timeout_why);
-    read_all(s.fd, hb, sizeof hb, deadline, timeout_why);
-    try {
-      rh = proto::decode_header(hb, max_reply);
-    } catch (const Error& e) {
-      throw Broken{std::string("sent a bad reply: ") + e.what()};
-    }
-    if (rh.seq != h.seq || (rh.kind != proto::kReplyOk && rh.kind != proto::kReplyError))
-      throw Broken{"sent a bad reply: wrong sequence number or kind"};
-    reply.resize(rh.length);
-    read_all(s.fd, reply.data(), reply.size(), deadline, timeout_why);
-  } catch (const Broken& b) {
+    p.reap_if_dead();
+    p.start(opts_.path);
+    kind = p.exchange(op, body, max_reply, opts_.timeout_ms, reply);
+  } catch (const HelperProcess::Broken& b) {
     std::string how = b.why;
-    kill_slot(s, &how);
+    p.kill(&how);
     release(i);
     mark_bad(file, how + " in " + proto::op_name(op));
     const std::string msg = file + ":" + object + ": HDF5 helper " + how + " in " + proto::op_name(op) +
@@ -307,25 +379,12 @@ std::string HelperPool::call(proto::Op op, const std::string& file, const std::s
     log::error(msg);
     throw Error(EIO, msg, true);  // this line is its one log line
   } catch (...) {
-    kill_slot(s, nullptr);
+    p.kill(nullptr);
     release(i);
     throw;
   }
   release(i);
-  if (rh.kind == proto::kReplyError) {
-    proto::In in(reply);
-    int code = EIO;
-    std::string msg;
-    try {
-      code = static_cast<int>(in.u32());
-      msg = in.str();
-      in.end();
-    } catch (const Error&) {
-      msg = file + ":" + object + ": malformed error reply from the HDF5 helper";
-    }
-    if (code <= 0 || code > 4095) code = EIO;
-    throw Error(code, msg);
-  }
+  if (kind == proto::kReplyError) throw_reply_error(reply, file + ":" + object);
   return reply;
 }
 
@@ -429,6 +488,7 @@ std::string dispatch(Engine& engine, Op op, proto::In& in, const std::string& fi
     case Op::MetaListDatasets: proto::put(o, meta::list_datasets(*f, arg<std::string>(in))); break;
     case Op::MetaListMembers: proto::put(o, meta::list_members(*f, arg<std::string>(in))); break;
     case Op::MetaSequenceFile: proto::put(o, meta::read_sequence_file(*f, arg<bool>(in))); break;
+    default: fail(EINVAL, std::string("not a read request: ") + proto::op_name(op));  // the Write* ops: serve_write
   }
   in.end();
   return o.take();
@@ -460,12 +520,13 @@ int serve(int fd) {
   eo.max_open_files = 128;  // as the daemon's default: each helper sees a share of the files
   Engine engine(eo);  // no helper options: libhdf5 in this process
   const char* fault_control = std::getenv("H5DIRECT_HELPER_FAULT_FILE");
+  std::unique_ptr<WriteFile> written;  // a writer process's one file (Op::WriteCreateFile)
   for (;;) {
     uint8_t hb[proto::kHeaderSize];
     if (!read_blocking(fd, hb, sizeof hb)) return 0;  // the daemon closed its end
     proto::Header h;
     try {
-      h = proto::decode_header(hb, proto::kMaxRequest);
+      h = proto::decode_header(hb, proto::kMaxWriteRequest);  // others are held to kMaxRequest below
     } catch (const std::exception&) {
       return 2;  // not our daemon, or out of step: the daemon restarts us
     }
@@ -475,9 +536,14 @@ int serve(int fd) {
     rh.seq = h.seq;
     std::string reply;
     const Op op = static_cast<Op>(h.kind);
-    const uint32_t limit = op == Op::LibraryRead ? proto::kMaxDataReply : proto::kMaxMetaReply;
+    // A chunk read back (ReadChunk) is as large as it was written, which the daemon allowed
+    // (kMaxWriteRequest) and asks for exactly.
+    const uint32_t limit = op == Op::LibraryRead ? proto::kMaxDataReply
+                           : op == Op::ReadChunk ? proto::kMaxWriteRequest
+                                                 : proto::kMaxMetaReply;
     try {
       if (h.kind == 0 || h.kind > static_cast<uint16_t>(Op::Last)) fail(EINVAL, "unknown request " + std::to_string(h.kind));
+      if (op != Op::WriteChunk && h.length > proto::kMaxRequest) fail(EINVAL, "request too large");
       proto::In in(body);
       const std::string file = in.str();
       if (apply_fault(fault_control, file)) {
@@ -492,7 +558,7 @@ int serve(int fd) {
       } catch (const Error&) {
       }
       try {
-        reply = dispatch(engine, op, in, file);
+        reply = proto::is_write_op(op) ? serve_write(written, op, in, file) : dispatch(engine, op, in, file);
       } catch (...) {
         refuse_reads_past_end(engine, file, object, op, false);
         throw;

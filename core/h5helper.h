@@ -11,6 +11,10 @@
 // file and the call, and the file is marked bad: its requests fail at once until a backoff has
 // passed or the file changes (size, mtime, inode). Data reads (pread + decode) stay in the
 // daemon: only metadata and LibraryArray's H5Dread cross the boundary (h5proto.h).
+//
+// Writes cross it too, through the same HelperProcess: each file created by core/writer.cpp
+// has a writer process of its own (the same executable, proto::is_write_op requests), which is
+// not restarted when it fails: that file's later calls fail with Error(EIO).
 #pragma once
 #include <sys/types.h>
 
@@ -41,6 +45,42 @@ struct HelperOptions {
 // "" when none is found.
 std::string find_helper();
 
+// One helper process and its end of the socketpair: the pool's slots and a written file's
+// writer process (core/writer.cpp) both use it, so spawning, the deadline of a request and
+// killing live here once. Not thread-safe: its owner serializes requests.
+class HelperProcess {
+ public:
+  HelperProcess() = default;
+  ~HelperProcess() { kill(nullptr); }
+  HelperProcess(const HelperProcess&) = delete;
+  HelperProcess& operator=(const HelperProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Starts `path` (posix_spawn, never fork) when not running; Error(EIO) when it cannot.
+  void start(const std::string& path);
+  // A process that died while idle (killed from outside) is reaped; true when it had died.
+  bool reap_if_dead();
+  // SIGKILL and reap; `how` (if given) gets " (signal N, ...)" / " (exit status N)" appended.
+  void kill(std::string* how);
+  // One request and its reply (at most max_reply bytes) within timeout_ms. A crash, hang or
+  // malformed reply throws Broken (the caller kills the process); a kReplyError reply comes
+  // back as is (kind kReplyError, see throw_reply_error).
+  struct Broken {
+    std::string why;
+  };
+  uint16_t exchange(proto::Op op, const std::string& body, uint32_t max_reply, unsigned timeout_ms,
+                    std::string& reply);
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  uint32_t seq_ = 0;
+};
+
+// The Error a kReplyError body carries (errno, message); `what` names the call when the body
+// is malformed.
+[[noreturn]] void throw_reply_error(const std::string& reply, const std::string& what);
+
 class HelperPool {
  public:
   explicit HelperPool(HelperOptions opts);
@@ -55,16 +95,16 @@ class HelperPool {
   std::string call(proto::Op op, const std::string& file, const std::string& object,
                    const std::string& body, uint32_t max_reply);
 
+  const HelperOptions& options() const { return opts_; }
+
   // Counters (stats.json).
   uint64_t requests() const;
   uint64_t failures() const;
 
  private:
   struct Slot {
-    pid_t pid = -1;
-    int fd = -1;
+    HelperProcess proc;
     bool busy = false;
-    uint32_t seq = 0;
   };
   struct Bad {
     FileIdentity id;
@@ -74,8 +114,6 @@ class HelperPool {
   };
   size_t acquire(const std::string& file);
   void release(size_t i);
-  void spawn(Slot& s);
-  void kill_slot(Slot& s, std::string* how);
   void check_bad(const std::string& file);
   void mark_bad(const std::string& file, const std::string& why);
 
@@ -91,6 +129,8 @@ namespace helper {
 
 // The helper's side: answers requests on `fd` with the in-process implementation (an Engine
 // without helpers) until the daemon closes it. Returns the exit status.
+// A writer process (core/writer.cpp) is the same program: its first request is
+// proto::Op::WriteCreateFile, and it then holds that one file open for writing.
 int serve(int fd);
 
 // Typed call: encodes file + args, decodes the reply as R (and checks nothing is left over).
@@ -102,15 +142,11 @@ R call(HelperPool& pool, proto::Op op, const std::string& file, const std::strin
   (proto::put(o, args), ...);
   const std::string reply = pool.call(op, file, object, o.data(),
                                      op == proto::Op::LibraryRead ? proto::kMaxDataReply : proto::kMaxMetaReply);
-  proto::In in(reply);
-  R r;
   try {
-    proto::get(in, r);
-    in.end();
+    return proto::decode_all<R>(reply);
   } catch (const Error& e) {
     fail(EIO, file + ":" + object + ": " + proto::op_name(op) + ": " + e.what());
   }
-  return r;
 }
 
 }  // namespace helper

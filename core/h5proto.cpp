@@ -26,6 +26,15 @@ const char* op_name(Op op) {
     case Op::MetaListMembers: return "list_members";
     case Op::DatasetDetails: return "dataset_details";
     case Op::MetaSequenceFile: return "read_sequence_file";
+    case Op::WriteCreateFile: return "create_file (H5Fcreate)";
+    case Op::WriteExists: return "exists (H5Lexists)";
+    case Op::WriteCreateGroup: return "create_group (H5Gcreate2)";
+    case Op::WriteCreateDataset: return "create_dataset (H5Dcreate2)";
+    case Op::WriteChunk: return "write_chunk (H5Dwrite_chunk)";
+    case Op::ReadChunk: return "read_chunk (H5Dread_chunk)";
+    case Op::WriteCloseDataset: return "close_dataset (H5Dclose)";
+    case Op::WriteFlush: return "flush (H5Fflush)";
+    case Op::WriteCloseFile: return "close_file (H5Fclose)";
   }
   return "?";
 }

@@ -18,9 +18,12 @@
 namespace h5d::proto {
 
 constexpr uint32_t kMagic = 0x49443548;  // "H5DI" little-endian
-constexpr uint16_t kVersion = 3;  // 2: MetaSequenceFile; 3: LinkEntry::file
+constexpr uint16_t kVersion = 4;  // 2: MetaSequenceFile; 3: LinkEntry::file; 4: the Write* ops
 constexpr size_t kHeaderSize = 16;        // magic u32, version u16, kind u16, seq u32, length u32
 constexpr uint32_t kMaxRequest = 1u << 20;
+// WriteChunk carries a chunk's encoded bytes: chunks are below 4 GiB (plan_dataset) and at most
+// write_buffer (the writer refuses larger ones), so a u32 length holds every one it sends.
+constexpr uint32_t kMaxWriteRequest = 0xffffffffu;
 constexpr uint32_t kMaxMetaReply = 64u << 20;  // metadata replies (listings, attributes, ...)
 constexpr uint32_t kMaxDataReply = 1u << 30;   // a library read: also exactly the bytes asked for
 constexpr size_t kMaxRank = 32;
@@ -46,9 +49,21 @@ enum class Op : uint16_t {
   MetaListMembers,
   DatasetDetails,
   MetaSequenceFile,  // everything Run::open reads from one sequence file (meta::read_sequence_file)
-  Last = MetaSequenceFile,
+  // A written file's writer process (core/writer.cpp, one process per file): the first request
+  // creates the file, the others act on it; every one names the file.
+  WriteCreateFile,
+  WriteExists,
+  WriteCreateGroup,
+  WriteCreateDataset,
+  WriteChunk,
+  ReadChunk,
+  WriteCloseDataset,
+  WriteFlush,
+  WriteCloseFile,
+  Last = WriteCloseFile,
 };
 const char* op_name(Op op);
+inline bool is_write_op(Op op) { return op >= Op::WriteCreateFile && op <= Op::WriteCloseFile; }
 
 // Reply kinds (the header's kind field in a reply).
 constexpr uint16_t kReplyOk = 0;
@@ -177,6 +192,16 @@ void get(In& in, std::map<K, V>& m) {
     get(in, kv);
     if (!m.emplace(std::move(kv)).second) in.bad("a key twice in a map");
   }
+}
+
+// A whole reply body as one R: Error(EIO) "malformed reply" when it is not exactly that.
+template <class R>
+R decode_all(const std::string& body) {
+  In in(body);
+  R r;
+  get(in, r);
+  in.end();
+  return r;
 }
 
 // Checks a dataset's metadata from a helper for consistency (ranks, sizes, offsets); throws

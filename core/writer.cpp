@@ -16,23 +16,25 @@
 #include "core/filters/encode.h"
 #include "core/filters/filters.h"
 #include "core/h5file.h"
+#include "core/h5helper.h"
 #include "core/h5lib.h"
+#include "core/h5proto.h"
 #include "core/log.h"
 
 namespace h5d {
 
 // One file the writer writes into, shared by the Writer and its dataset writers. It owns its
-// descriptor and (files created here) its libhdf5 file: the destructor closes both, when the
-// last of them lets go. close() (close_all) finishes the file before that: flushed, its libhdf5
-// file closed, its bytes synced, `closed` set; the descriptor stays open until the destructor, so
-// a write racing with close_all never lands in another file that took over the number.
+// descriptor and (files created here) its WriteFile: the destructor closes both, when the last
+// of them lets go. close() (close_all) finishes the file before that: flushed, its libhdf5 file
+// closed (its writer process ends), its bytes synced, `closed` set; the descriptor stays open
+// until the destructor, so a write racing with close_all never lands in another file that took
+// over the number.
 struct Writer::FileState {
-  FileState(std::string p, h5::Handle file, int descriptor)
-      : path(std::move(p)), created(bool(file)), fd(descriptor), fid(std::move(file)) {}
+  FileState(std::string p, std::unique_ptr<WriteFile> file, int descriptor)
+      : path(std::move(p)), created(bool(file)), fd(descriptor), h5(std::move(file)) {}
   ~FileState() {
     try {
-      const std::string e = close();
-      if (!e.empty()) log::error(e);
+      close();
     } catch (const std::exception& e) {
       log::error(path + ": closing: " + e.what());
     }
@@ -41,23 +43,44 @@ struct Writer::FileState {
   FileState(const FileState&) = delete;
   FileState& operator=(const FileState&) = delete;
 
-  // Flushes and closes the libhdf5 file, syncs the bytes, sets `closed` (idempotent). Returns
-  // the error, "" when none.
+  // Flushes and closes the libhdf5 file, syncs the bytes, sets `closed` (idempotent). Logs the
+  // error (once: a writer process that died logged it already) and returns it, "" when none.
   std::string close() {
-    auto lk = h5::lock();
+    std::lock_guard<std::mutex> g(mu);
     if (closed.exchange(true)) return "";
     std::string err;
-    if (fid && H5Fflush(fid.get(), H5F_SCOPE_LOCAL) < 0) err = path + ": closing: " + h5::error_stack();
-    fid.reset();
+    bool logged = false;
+    if (h5) {
+      try {
+        h5->close();
+      } catch (const std::exception& e) {
+        err = path + ": closing: " + e.what();
+        logged = already_logged(e);
+      }
+      h5.reset();  // ends the writer process (after its H5Fclose)
+    }
     if (fd >= 0 && ::fdatasync(fd) != 0 && err.empty()) err = path + ": fdatasync: " + std::strerror(errno);
+    if (!err.empty() && !logged) log::error(err);
     return err;
+  }
+
+  // Runs fn(WriteFile&) under mu; Error(EIO) once the file is closed.
+  template <class Fn>
+  auto with_file(const std::string& what, Fn&& fn) {
+    std::lock_guard<std::mutex> g(mu);
+    if (closed || !h5) fail(EIO, what + ": closed");
+    return fn(*h5);
   }
 
   const std::string path;
   const bool created;  // by this writer (takes new groups and datasets); else pwrite in place only
   const int fd;        // O_RDWR, for pwrite/pread/fdatasync; open until the destructor
-  h5::Handle fid;      // used and closed under the HDF5 lock; empty for pwrite-only files
-  std::atomic<bool> closed{false};  // set under the HDF5 lock; read from any thread
+  // Level 2 of the lock hierarchy (docs/architecture.md), before the HDF5 lock (an in-process
+  // WriteFile takes it): serializes the calls of h5, and its closing. Held while the writer
+  // process answers (at most hdf5_timeout): only this file's calls wait for it.
+  std::mutex mu;
+  std::unique_ptr<WriteFile> h5;    // empty for pwrite-only files and once closed
+  std::atomic<bool> closed{false};  // set under mu; read from any thread
 };
 
 namespace {
@@ -257,9 +280,9 @@ class ChunkedWriter final : public DatasetWriter,
                             public std::enable_shared_from_this<ChunkedWriter> {
  public:
   ChunkedWriter(Engine& engine, std::shared_ptr<Writer::FileState> f, std::string what,
-                h5::Handle did, const Shape& shape, const Shape& chunks, size_t itemsize,
+                std::string dpath, const Shape& shape, const Shape& chunks, size_t itemsize,
                 std::vector<FilterInfo> pipeline, std::shared_ptr<WriteBudget> budget)
-      : engine_(engine), f_(std::move(f)), what_(std::move(what)), did_(std::move(did)),
+      : engine_(engine), f_(std::move(f)), what_(std::move(what)), dpath_(std::move(dpath)),
         chunks_(chunks), itemsize_(itemsize), pipeline_(std::move(pipeline)), budget_(std::move(budget)) {
     const size_t r = shape.size();
     bshape_ = shape;
@@ -299,7 +322,7 @@ class ChunkedWriter final : public DatasetWriter,
     for (;;) {
       std::unique_lock<std::mutex> lk(mu_);
       if (closed_) fail(EIO, what_ + ": the writer is closed");
-      if (!async_error_.empty()) fail(EIO, async_error_);
+      if (!async_error_.empty()) throw Error(EIO, async_error_, async_logged_);
       const std::set<uint64_t> touched = touched_chunks(off, n);
       if (wait_inflight(lk, touched)) continue;
       // Every chunk buffer this write needs, taken from the budget before any is allocated.
@@ -417,7 +440,7 @@ class ChunkedWriter final : public DatasetWriter,
         // Reported once; the chunks that failed are pending again and are retried below.
         const std::string e = async_error_;
         async_error_.clear();
-        log::error(e);
+        if (!async_logged_) log::error(e);
       }
       for (auto& [c, pp] : pending_) {
         if (!pp->dirty || inflight_.count(c)) continue;
@@ -428,8 +451,8 @@ class ChunkedWriter final : public DatasetWriter,
     }
     write_one_by_one(jobs);
     {
-      auto lk = h5::lock();
-      if (f_->fid && !f_->closed) h5::check(H5Fflush(f_->fid.get(), H5F_SCOPE_LOCAL), what_ + ": H5Fflush");
+      std::lock_guard<std::mutex> g(f_->mu);
+      if (f_->h5 && !f_->closed) f_->h5->flush();
     }
     if (durable && !f_->closed && ::fdatasync(f_->fd) != 0) {
       fail(errno, what_ + ": fdatasync: " + std::strerror(errno));
@@ -444,13 +467,23 @@ class ChunkedWriter final : public DatasetWriter,
         std::lock_guard<std::mutex> lk(mu_);
         if (closed_) return;
       }
-      flush(false);
-      auto h = h5::lock();
-      std::lock_guard<std::mutex> lk(mu_);
-      const bool dirty = std::any_of(pending_.begin(), pending_.end(), [](const auto& p) { return p.second->dirty; });
-      if (dirty || !inflight_.empty()) continue;
-      closed_ = true;
-      did_.reset();
+      try {
+        flush(false);
+      } catch (...) {
+        // Reported once, here: what is pending cannot reach the file (its writer process died,
+        // say), and a later close (the destructor after close_all) would only fail again.
+        std::lock_guard<std::mutex> lk(mu_);
+        closed_ = true;
+        throw;
+      }
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        const bool dirty = std::any_of(pending_.begin(), pending_.end(), [](const auto& p) { return p.second->dirty; });
+        if (dirty || !inflight_.empty()) continue;
+        closed_ = true;  // no write starts a chunk from here on
+      }
+      std::lock_guard<std::mutex> g(f_->mu);
+      if (f_->h5 && !f_->closed) f_->h5->close_dataset(dpath_);
       return;
     }
   }
@@ -611,7 +644,10 @@ class ChunkedWriter final : public DatasetWriter,
               self->write_jobs(*one, /*complete=*/true);
             } catch (const std::exception& e) {
               std::lock_guard<std::mutex> lk(self->mu_);
-              if (self->async_error_.empty()) self->async_error_ = e.what();
+              if (self->async_error_.empty()) {
+                self->async_error_ = e.what();
+                self->async_logged_ = already_logged(e);
+              }
             }
           }},
           2 * pool.size());
@@ -620,9 +656,9 @@ class ChunkedWriter final : public DatasetWriter,
     if (!now.empty()) write_jobs(now, /*complete=*/true);
   }
 
-  std::vector<hsize_t> chunk_offset(uint64_t c) const {
+  std::vector<uint64_t> chunk_offset(uint64_t c) const {
     const size_t r = grid_.size();
-    std::vector<hsize_t> o(r);
+    std::vector<uint64_t> o(r);
     for (size_t k = 0; k < r; ++k) o[k] = ((c / gstride_[k]) % grid_[k]) * chunks_[k];
     return o;
   }
@@ -638,30 +674,38 @@ class ChunkedWriter final : public DatasetWriter,
 
   std::string chunk_name(uint64_t c) const {
     std::string s = "(";
-    for (hsize_t x : chunk_offset(c)) s += (s.size() > 1 ? "," : "") + std::to_string(x);
+    for (uint64_t x : chunk_offset(c)) s += (s.size() > 1 ? "," : "") + std::to_string(x);
     return s + ")";
   }
 
   // Reads and decodes a chunk already in the file.
   std::vector<uint8_t> load_chunk(uint64_t c) {
-    const auto offs = chunk_offset(c);
-    std::vector<uint8_t> in;
-    uint32_t mask = 0;
+    uint64_t size = 0;
     {
-      auto lk = h5::lock();
-      hsize_t sz = 0;
-      h5::check(H5Dget_chunk_storage_size(did_.get(), offs.data(), &sz),
-                what_ + ": chunk " + chunk_name(c) + ": H5Dget_chunk_storage_size");
-      in.resize(sz);
-      h5::check(H5Dread_chunk(did_.get(), H5P_DEFAULT, offs.data(), &mask, in.data()),
-                what_ + ": chunk " + chunk_name(c) + ": H5Dread_chunk");
+      std::lock_guard<std::mutex> lk(mu_);
+      size = written_.at(c);
+    }
+    uint32_t mask = 0;
+    std::vector<uint8_t> in;
+    try {
+      in = f_->with_file(what_, [&](WriteFile& h5) { return h5.read_chunk(dpath_, chunk_offset(c), size, mask); });
+    } catch (const Error& e) {
+      throw Error(e.code(), what_ + ": chunk " + chunk_name(c) + ": " + e.what(), e.logged());
     }
     if (pipeline_.empty()) {
       in.resize(chunk_bytes_, 0);
       return in;
     }
     std::vector<uint8_t> out;
-    decode_chunk(pipeline_, mask, itemsize_, in, chunk_bytes_, out);
+    try {
+      // The file's bytes, which its owner may have changed behind the writer: checked by the
+      // decoder like any chunk read (EIO), named here.
+      decode_chunk(pipeline_, mask, itemsize_, in, chunk_bytes_, out);
+    } catch (const Error& e) {
+      const std::string msg = what_ + ": chunk " + chunk_name(c) + " read back from the file: " + e.what();
+      log::error(msg);
+      throw Error(EIO, msg, true);
+    }
     return out;
   }
 
@@ -679,12 +723,12 @@ class ChunkedWriter final : public DatasetWriter,
       }
       if (tasks.size() == 1) tasks[0]();
       else engine_.pool().run_all(tasks);
-      auto lk = h5::lock();
       for (auto& j : jobs) {
-        const auto offs = chunk_offset(j.chunk);
-        h5::check(H5Dwrite_chunk(did_.get(), H5P_DEFAULT, 0, offs.data(), j.encoded->size(),
-                                 j.encoded->data()),
-                  what_ + ": chunk " + chunk_name(j.chunk) + ": H5Dwrite_chunk");
+        try {
+          f_->with_file(what_, [&](WriteFile& h5) { h5.write_chunk(dpath_, chunk_offset(j.chunk), *j.encoded); });
+        } catch (const Error& e) {
+          throw Error(e.code(), what_ + ": chunk " + chunk_name(j.chunk) + ": " + e.what(), e.logged());
+        }
       }
     } catch (...) {
       std::lock_guard<std::mutex> lk(mu_);
@@ -699,7 +743,7 @@ class ChunkedWriter final : public DatasetWriter,
     std::lock_guard<std::mutex> lk(mu_);
     for (auto& j : jobs) {
       inflight_.erase(j.chunk);
-      written_.insert(j.chunk);
+      written_[j.chunk] = j.encoded->size();
     }
     cv_.notify_all();
   }
@@ -707,7 +751,7 @@ class ChunkedWriter final : public DatasetWriter,
   Engine& engine_;
   std::shared_ptr<Writer::FileState> f_;
   std::string what_;
-  h5::Handle did_;  // closed under the HDF5 lock
+  std::string dpath_;  // the dataset's path in the file (f_->h5 names datasets by it)
   Shape chunks_;    // elements
   Shape bshape_, bchunk_, grid_;  // the last dimension in bytes
   std::vector<uint64_t> gstride_, cstride_;
@@ -722,9 +766,10 @@ class ChunkedWriter final : public DatasetWriter,
   std::condition_variable cv_;
   std::map<uint64_t, std::shared_ptr<Pending>> pending_;
   std::map<uint64_t, std::shared_ptr<Pending>> inflight_;  // being written to the file
-  std::set<uint64_t> written_;
+  std::map<uint64_t, uint64_t> written_;  // chunks in the file: their encoded size as written
   bool closed_ = false;
   std::string async_error_;  // a background chunk write that failed (reported by write/flush)
+  bool async_logged_ = false;  // ... and was logged where it failed (a writer process that died)
 };
 
 void ensure_size(int fd, uint64_t size, const std::string& what) {
@@ -767,6 +812,393 @@ DatasetPlan plan_dataset(const NewDataset& spec) {
   return p;
 }
 
+// ---- the libhdf5 side ---------------------------------------------------------------------------
+
+namespace {
+
+std::vector<hsize_t> to_hsize(const std::vector<uint64_t>& v) { return {v.begin(), v.end()}; }
+
+// In process, under the HDF5 lock: unit tests, and the writer process itself.
+class LocalWriteFile final : public WriteFile {
+ public:
+  LocalWriteFile(std::string path, dev_t& dev, ino_t& ino) : path_(std::move(path)) {
+    auto lk = h5::lock();
+    // No HDF5 file locking, as H5File opens files for reading (where both opens are in one
+    // process they share one file in libhdf5, which refuses differing locking flags); other
+    // processes may read the file meanwhile.
+    h5::Handle fapl = h5::check(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
+    H5Pset_file_locking(fapl.get(), false, true);
+    fid_ = h5::Handle(H5Fcreate(path_.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get()));
+    if (!fid_) {
+      struct stat st;
+      if (::lstat(path_.c_str(), &st) == 0) fail(EEXIST, path_ + " exists");
+      h5::fail_h5(EIO, "cannot create HDF5 file " + path_);
+    }
+    if (H5Fflush(fid_.get(), H5F_SCOPE_LOCAL) < 0) log::warn(path_ + ": H5Fflush failed: " + h5::error_stack());
+    void* vfd = nullptr;
+    struct stat created;
+    if (H5Fget_vfd_handle(fid_.get(), H5P_DEFAULT, &vfd) < 0 || !vfd || ::fstat(*static_cast<int*>(vfd), &created) != 0)
+      fail(EIO, path_ + ": cannot see the file libhdf5 created");
+    dev = created.st_dev;
+    ino = created.st_ino;
+  }
+  ~LocalWriteFile() override {
+    auto lk = h5::lock();
+    dsets_.clear();
+    fid_.reset();
+  }
+
+  const std::string& path() const { return path_; }
+  pid_t pid() const override { return 0; }
+
+  bool exists(const std::string& p) override {
+    auto lk = h5::lock();
+    return H5Lexists(file(), p.c_str(), H5P_DEFAULT) > 0;
+  }
+
+  void create_group(const std::string& p) override {
+    auto lk = h5::lock();
+    h5::Handle g = h5::check(H5Gcreate2(file(), p.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                             path_ + ":" + p + ": H5Gcreate");
+    g.reset();
+    flush();
+  }
+
+  uint64_t create_dataset(const std::string& p, const NewDataset& spec) override {
+    const std::string what = path_ + ":" + p;
+    DatasetPlan plan;
+    try {
+      plan = plan_dataset(spec);
+    } catch (const Error& e) {
+      fail(e.code(), what + ": " + e.what());
+    }
+    auto lk = h5::lock();
+    h5::Handle type = make_type(parse_typestr(spec.typestr));
+    const size_t rank = spec.shape.size();
+    std::vector<hsize_t> dims(spec.shape.begin(), spec.shape.end());
+    h5::Handle space = rank == 0 ? h5::check(H5Screate(H5S_SCALAR), "H5Screate")
+                                 : h5::check(H5Screate_simple(int(rank), dims.data(), nullptr), "H5Screate_simple");
+    h5::Handle dcpl = h5::check(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate");
+    const bool chunked = !plan.chunks.empty();
+    if (chunked) {
+      std::vector<hsize_t> cd(plan.chunks.begin(), plan.chunks.end());
+      h5::check(H5Pset_chunk(dcpl.get(), int(rank), cd.data()), what + ": H5Pset_chunk");
+      for (const auto& f : plan.pipeline) {
+        if (f.id == 1) {
+          h5::check(H5Pset_deflate(dcpl.get(), f.cd_values.at(0)), "H5Pset_deflate");
+        } else if (f.id == 2) {
+          h5::check(H5Pset_shuffle(dcpl.get()), "H5Pset_shuffle");
+        } else {
+          // Optional: libhdf5 then accepts the pipeline even when the plugin is not installed
+          // here (chunks are compressed by the daemon and written directly; readers need it).
+          h5::check(H5Pset_filter(dcpl.get(), static_cast<H5Z_filter_t>(f.id), H5Z_FLAG_OPTIONAL,
+                                  f.cd_values.size(), f.cd_values.data()),
+                    what + ": H5Pset_filter " + filter_name(f.id));
+        }
+      }
+    } else {
+      h5::check(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS), "H5Pset_layout");
+      h5::check(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time");
+      h5::check(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
+    }
+    h5::Handle did = h5::check(H5Dcreate2(file(), p.c_str(), type.get(), space.get(), H5P_DEFAULT, dcpl.get(),
+                                          H5P_DEFAULT),
+                               what + ": H5Dcreate");
+    uint64_t addr = 0;
+    if (chunked) {
+      dsets_[p] = std::move(did);
+    } else if (plan.nbytes) {
+      const haddr_t a = H5Dget_offset(did.get());
+      if (a == HADDR_UNDEF) h5::fail_h5(EIO, what + ": no file offset (H5Dget_offset)");
+      addr = a;
+    }
+    did.reset();
+    flush();
+    return addr;
+  }
+
+  void write_chunk(const std::string& p, const std::vector<uint64_t>& offset,
+                   const std::vector<uint8_t>& bytes) override {
+    auto lk = h5::lock();
+    const auto offs = to_hsize(offset);
+    h5::check(H5Dwrite_chunk(dataset(p), H5P_DEFAULT, 0, offs.data(), bytes.size(), bytes.data()),
+              path_ + ":" + p + ": H5Dwrite_chunk");
+  }
+
+  std::vector<uint8_t> read_chunk(const std::string& p, const std::vector<uint64_t>& offset, uint64_t size,
+                                  uint32_t& mask) override {
+    auto lk = h5::lock();
+    const auto offs = to_hsize(offset);
+    const hid_t did = dataset(p);
+    hsize_t sz = 0;
+    h5::check(H5Dget_chunk_storage_size(did, offs.data(), &sz), path_ + ":" + p + ": H5Dget_chunk_storage_size");
+    if (sz != size)
+      fail(EIO, path_ + ":" + p + ": the chunk in the file has " + std::to_string(sz) + " bytes, " +
+                    std::to_string(size) + " were written (the file was changed behind the writer)");
+    std::vector<uint8_t> out(sz);
+    mask = 0;
+    h5::check(H5Dread_chunk(did, H5P_DEFAULT, offs.data(), &mask, out.data()), path_ + ":" + p + ": H5Dread_chunk");
+    return out;
+  }
+
+  void close_dataset(const std::string& p) override {
+    auto lk = h5::lock();
+    dsets_.erase(p);
+  }
+
+  void flush() override {
+    auto lk = h5::lock();
+    h5::check(H5Fflush(file(), H5F_SCOPE_LOCAL), path_ + ": H5Fflush");
+  }
+
+  void close() override {
+    auto lk = h5::lock();
+    if (!fid_) return;
+    dsets_.clear();
+    std::string err;
+    if (H5Fflush(fid_.get(), H5F_SCOPE_LOCAL) < 0) err = h5::error_stack();
+    fid_.reset();
+    if (!err.empty()) fail(EIO, path_ + ": H5Fflush: " + err);
+  }
+
+ private:
+  hid_t file() const {
+    if (!fid_) fail(EIO, path_ + ": closed");
+    return fid_.get();
+  }
+  hid_t dataset(const std::string& p) const {
+    auto it = dsets_.find(p);
+    if (it == dsets_.end()) fail(EIO, path_ + ":" + p + ": not a chunked dataset open for writing");
+    return it->second.get();
+  }
+
+  std::string path_;
+  h5::Handle fid_;
+  std::map<std::string, h5::Handle> dsets_;  // chunked datasets, open for their chunks
+};
+
+void put_spec(proto::Out& o, const NewDataset& d) {
+  proto::put(o, std::vector<uint64_t>(d.shape.begin(), d.shape.end()));
+  proto::put(o, d.typestr);
+  proto::put(o, std::vector<uint64_t>(d.chunks.begin(), d.chunks.end()));
+  proto::put(o, d.compression);
+  proto::put(o, static_cast<int64_t>(d.level));
+  proto::put(o, d.shuffle);
+}
+
+NewDataset get_spec(proto::In& in) {
+  NewDataset d;
+  std::vector<uint64_t> shape, chunks;
+  int64_t level = -1;
+  proto::get(in, shape);
+  proto::get(in, d.typestr);
+  proto::get(in, chunks);
+  proto::get(in, d.compression);
+  proto::get(in, level);
+  proto::get(in, d.shuffle);
+  if (level < INT32_MIN || level > INT32_MAX) in.bad("compression level");
+  d.shape.assign(shape.begin(), shape.end());
+  d.chunks.assign(chunks.begin(), chunks.end());
+  d.level = static_cast<int>(level);
+  return d;
+}
+
+// In the file's writer process (the daemon). A crash, abort, malformed reply or a call longer
+// than hdf5_timeout kills the process: that call and every later one of this file fail with
+// Error(EIO), logged once (here, naming the file, the object and the call). No restart: the
+// libhdf5 state of a file open for writing (its metadata cache) died with the process.
+class RemoteWriteFile final : public WriteFile {
+ public:
+  RemoteWriteFile(const HelperOptions& opts, std::string path, dev_t& dev, ino_t& ino)
+      : path_(std::move(path)), timeout_ms_(opts.timeout_ms) {
+    proc_.start(opts.path);
+    pid_ = proc_.pid();
+    const auto id = reply_of<std::pair<uint64_t, uint64_t>>(proto::Op::WriteCreateFile, "/", proto::Out());
+    dev = static_cast<dev_t>(id.first);
+    ino = static_cast<ino_t>(id.second);
+  }
+
+  pid_t pid() const override { return pid_; }
+
+  bool exists(const std::string& p) override {
+    proto::Out o;
+    proto::put(o, p);
+    return reply_of<bool>(proto::Op::WriteExists, p, o);
+  }
+
+  void create_group(const std::string& p) override {
+    proto::Out o;
+    proto::put(o, p);
+    done(proto::Op::WriteCreateGroup, p, o);
+  }
+
+  uint64_t create_dataset(const std::string& p, const NewDataset& spec) override {
+    proto::Out o;
+    proto::put(o, p);
+    put_spec(o, spec);
+    return reply_of<uint64_t>(proto::Op::WriteCreateDataset, p, o);
+  }
+
+  void write_chunk(const std::string& p, const std::vector<uint64_t>& offset,
+                   const std::vector<uint8_t>& bytes) override {
+    proto::Out o;
+    proto::put(o, p);
+    proto::put(o, offset);
+    proto::put(o, bytes);
+    done(proto::Op::WriteChunk, p, o);
+  }
+
+  std::vector<uint8_t> read_chunk(const std::string& p, const std::vector<uint64_t>& offset, uint64_t size,
+                                  uint32_t& mask) override {
+    proto::Out o;
+    proto::put(o, p);
+    proto::put(o, offset);
+    proto::put(o, size);
+    // The reply is the chunk's size as written (asked for) plus the mask and a length: exactly.
+    if (size > proto::kMaxWriteRequest - 12) fail(EFBIG, path_ + ":" + p + ": chunk too large to read back");
+    const std::string reply = call(proto::Op::ReadChunk, p, o, static_cast<uint32_t>(size + 12));
+    proto::In in(reply);
+    std::vector<uint8_t> bytes;
+    try {
+      proto::get(in, mask);
+      proto::get(in, bytes);
+      in.end();
+      if (bytes.size() != size) in.bad(std::to_string(bytes.size()) + " chunk bytes, " + std::to_string(size) + " asked for");
+    } catch (const Error& e) {
+      broken(proto::Op::ReadChunk, p, std::string("sent a bad reply: ") + e.what());
+    }
+    return bytes;
+  }
+
+  void close_dataset(const std::string& p) override {
+    proto::Out o;
+    proto::put(o, p);
+    done(proto::Op::WriteCloseDataset, p, o);
+  }
+
+  void flush() override { done(proto::Op::WriteFlush, "/", proto::Out()); }
+  void close() override { done(proto::Op::WriteCloseFile, "/", proto::Out()); }
+
+ private:
+  template <class R>
+  R reply_of(proto::Op op, const std::string& object, const proto::Out& args) {
+    const std::string reply = call(op, object, args, proto::kMaxMetaReply);
+    try {
+      return proto::decode_all<R>(reply);
+    } catch (const Error& e) {
+      broken(op, object, std::string("sent a bad reply: ") + e.what());
+    }
+  }
+  void done(proto::Op op, const std::string& object, const proto::Out& args) {
+    const std::string reply = call(op, object, args, proto::kMaxMetaReply);
+    if (!reply.empty()) broken(op, object, "sent a bad reply: " + std::to_string(reply.size()) + " bytes, none expected");
+  }
+
+  std::string call(proto::Op op, const std::string& object, const proto::Out& args, uint32_t max_reply) {
+    if (!dead_.empty())
+      throw Error(EIO, path_ + ":" + object + ": " + proto::op_name(op) + " not done: this file's HDF5 writer process " + dead_,
+                  true);  // logged when it died
+    proto::Out o;
+    proto::put(o, path_);
+    std::string body = o.take() + args.data();
+    if (body.size() > proto::kMaxWriteRequest) fail(EFBIG, path_ + ":" + object + ": request too large");
+    std::string reply;
+    uint16_t kind = 0;
+    try {
+      kind = proc_.exchange(op, body, max_reply, timeout_ms_, reply);
+    } catch (const HelperProcess::Broken& b) {
+      broken(op, object, b.why);
+    }
+    if (kind == proto::kReplyError) throw_reply_error(reply, path_ + ":" + object);
+    return reply;
+  }
+
+  [[noreturn]] void broken(proto::Op op, const std::string& object, std::string how) {
+    proc_.kill(&how);
+    dead_ = "(pid " + std::to_string(pid_) + ") " + how + " in " + proto::op_name(op);
+    const std::string msg = path_ + ":" + object + ": HDF5 writer process (pid " + std::to_string(pid_) + ") " + how +
+                            " in " + proto::op_name(op) + "; writes to this file that need it fail from now on";
+    log::error(msg);
+    throw Error(EIO, msg, true);  // this line is its one log line
+  }
+
+  const std::string path_;
+  const unsigned timeout_ms_;
+  HelperProcess proc_;
+  pid_t pid_ = -1;           // kept for the log lines after it is gone
+  std::string dead_;         // why it died; calls fail at once from then on
+};
+
+}  // namespace
+
+std::unique_ptr<WriteFile> create_write_file(Engine& engine, const std::string& path, dev_t& dev, ino_t& ino) {
+  if (HelperPool* hp = engine.helpers()) return std::make_unique<RemoteWriteFile>(hp->options(), path, dev, ino);
+  return std::make_unique<LocalWriteFile>(path, dev, ino);
+}
+
+namespace helper {
+
+std::string serve_write(std::unique_ptr<WriteFile>& file, proto::Op op, proto::In& in, const std::string& path) {
+  using proto::Op;
+  proto::Out o;
+  if (op == Op::WriteCreateFile) {
+    if (file) fail(EINVAL, path + ": this writer process has a file already");
+    dev_t dev = 0;
+    ino_t ino = 0;
+    file = std::make_unique<LocalWriteFile>(path, dev, ino);
+    proto::put(o, static_cast<uint64_t>(dev));
+    proto::put(o, static_cast<uint64_t>(ino));
+    in.end();
+    return o.take();
+  }
+  auto* local = dynamic_cast<LocalWriteFile*>(file.get());
+  if (!local || local->path() != path) fail(EINVAL, path + ": not the file of this writer process");
+  auto obj = [&] {
+    std::string p;
+    proto::get(in, p);
+    return p;
+  };
+  switch (op) {
+    case Op::WriteExists: proto::put(o, file->exists(obj())); break;
+    case Op::WriteCreateGroup: file->create_group(obj()); break;
+    case Op::WriteCreateDataset: {
+      const std::string p = obj();
+      const NewDataset spec = get_spec(in);
+      proto::put(o, file->create_dataset(p, spec));
+      break;
+    }
+    case Op::WriteChunk: {
+      const std::string p = obj();
+      std::vector<uint64_t> offset;
+      std::vector<uint8_t> bytes;
+      proto::get(in, offset);
+      proto::get(in, bytes);
+      file->write_chunk(p, offset, bytes);
+      break;
+    }
+    case Op::ReadChunk: {
+      const std::string p = obj();
+      std::vector<uint64_t> offset;
+      uint64_t size = 0;
+      uint32_t mask = 0;
+      proto::get(in, offset);
+      proto::get(in, size);
+      const auto bytes = file->read_chunk(p, offset, size, mask);
+      proto::put(o, mask);
+      proto::put(o, bytes);
+      break;
+    }
+    case Op::WriteCloseDataset: file->close_dataset(obj()); break;
+    case Op::WriteFlush: file->flush(); break;
+    case Op::WriteCloseFile: file->close(); break;
+    default: fail(EINVAL, std::string("not a write request: ") + proto::op_name(op));
+  }
+  in.end();
+  return o.take();
+}
+
+}  // namespace helper
+
 bool WriteBudget::try_take(uint64_t n) {
   uint64_t cur = used_.load();
   do {
@@ -789,7 +1221,6 @@ Writer::~Writer() {
 }
 
 void Writer::create_file(const std::string& path, const NewFileOwner* owner) {
-  auto lk = h5::lock();
   {
     std::lock_guard<std::mutex> g(mu_);
     if (files_.count(path)) fail(EEXIST, path + " exists");
@@ -797,30 +1228,28 @@ void Writer::create_file(const std::string& path, const NewFileOwner* owner) {
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0) fail(EEXIST, path + " exists");
   {
-    std::lock_guard<std::mutex> g(mu_);  // close_all sets it under the HDF5 lock, held here
+    std::lock_guard<std::mutex> g(mu_);
     if (closing_) fail(EIO, path + ": the writer is closed");
   }
-  // No HDF5 file locking, as H5File opens files for reading (the two opens share one file in
-  // libhdf5, which refuses differing locking flags); other processes may read the file meanwhile.
-  h5::Handle fapl = h5::check(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
-  H5Pset_file_locking(fapl.get(), false, true);
-  h5::Handle fid(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get()));
-  if (!fid) h5::fail_h5(EIO, "cannot create HDF5 file " + path);
-  if (H5Fflush(fid.get(), H5F_SCOPE_LOCAL) < 0) log::warn(path + ": H5Fflush failed: " + h5::error_stack());
+  // Two creates of one path: H5Fcreate's O_EXCL lets one win, the other gets EEXIST.
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::unique_ptr<WriteFile> h5 = create_write_file(engine_, path, dev, ino);
   // The file libhdf5 created (O_EXCL), not whatever the path names by now: the directory may be
   // writable by others, who could put a symlink there meanwhile.
   const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-  void* vfd = nullptr;
-  struct stat mine, created;
-  const bool same = fd >= 0 && H5Fget_vfd_handle(fid.get(), H5P_DEFAULT, &vfd) >= 0 && vfd &&
-                    ::fstat(*static_cast<int*>(vfd), &created) == 0 && ::fstat(fd, &mine) == 0 &&
-                    mine.st_dev == created.st_dev && mine.st_ino == created.st_ino;
-  if (!same) {
+  struct stat mine;
+  if (fd < 0 || ::fstat(fd, &mine) != 0 || mine.st_dev != dev || mine.st_ino != ino) {
     const int e = fd < 0 ? errno : EEXIST;
     if (fd >= 0) ::close(fd);
+    try {
+      h5->close();
+    } catch (const std::exception&) {
+    }
     fail(e, "cannot open " + path + " (the file created): " + std::strerror(e));
   }
-  auto fs = std::make_shared<FileState>(path, std::move(fid), fd);
+  const pid_t pid = h5->pid();
+  auto fs = std::make_shared<FileState>(path, std::move(h5), fd);
   if (owner) {
     // Belongs to the user who asked for it, with the mode asked for (the kernel applied the
     // user's umask): as root, the daemon gives it away; as another user it cannot, and the
@@ -832,15 +1261,34 @@ void Writer::create_file(const std::string& path, const NewFileOwner* owner) {
       log::warn(path + ": cannot set its mode: " + std::string(std::strerror(errno)));
     }
   }
-  log::info("created HDF5 file " + path);
-  std::lock_guard<std::mutex> g(mu_);
-  files_[path] = fs;
+  log::info("created HDF5 file " + path + (pid > 0 ? " (HDF5 writer process pid " + std::to_string(pid) + ")" : ""));
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!closing_) {
+      files_[path] = fs;
+      return;
+    }
+  }
+  fs->close();  // close_all started meanwhile and did not see it
+  fail(EIO, path + ": the writer is closed");
 }
 
 bool Writer::owns(const std::string& path) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = files_.find(path);
   return it != files_.end() && it->second->created && !it->second->closed;
+}
+
+pid_t Writer::writer_pid(const std::string& path) {
+  std::shared_ptr<FileState> fs;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = files_.find(path);
+    if (it == files_.end()) return 0;
+    fs = it->second;
+  }
+  std::lock_guard<std::mutex> g(fs->mu);  // level 2: after mu_ (level 4) is let go
+  return fs->h5 && !fs->closed ? fs->h5->pid() : 0;
 }
 
 std::shared_ptr<Writer::FileState> Writer::file_state(const std::string& path) {
@@ -854,49 +1302,33 @@ std::shared_ptr<Writer::FileState> Writer::file_state(const std::string& path) {
 }
 
 void Writer::create_group(const std::string& file, const std::string& group_path) {
-  auto lk = h5::lock();
   auto fs = file_state(file);
-  if (H5Lexists(fs->fid.get(), group_path.c_str(), H5P_DEFAULT) > 0) fail(EEXIST, file + ":" + group_path + " exists");
-  h5::Handle g = h5::check(H5Gcreate2(fs->fid.get(), group_path.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                           file + ":" + group_path + ": H5Gcreate");
-  g.reset();
-  h5::check(H5Fflush(fs->fid.get(), H5F_SCOPE_LOCAL), file + ": H5Fflush");
+  fs->with_file(file + ":" + group_path, [&](WriteFile& h5) {
+    if (h5.exists(group_path)) fail(EEXIST, file + ":" + group_path + " exists");
+    h5.create_group(group_path);
+  });
 }
 
 DatasetWriterPtr Writer::create_dataset(const std::string& file, const std::string& path,
                                         const NewDataset& spec) {
   const std::string what = file + ":" + path;
-  auto lk = h5::lock();
   auto fs = file_state(file);
-  if (H5Lexists(fs->fid.get(), path.c_str(), H5P_DEFAULT) > 0) fail(EEXIST, what + " exists");
   DatasetPlan plan;
   try {
     plan = plan_dataset(spec);
   } catch (const Error& e) {
     fail(e.code(), what + ": " + e.what());
   }
-  const size_t itemsize = plan.itemsize;
-  h5::Handle type = make_type(parse_typestr(spec.typestr));
-  const size_t rank = spec.shape.size();
-  const uint64_t nbytes = plan.nbytes;
-  std::vector<hsize_t> dims(spec.shape.begin(), spec.shape.end());
-  h5::Handle space = rank == 0 ? h5::check(H5Screate(H5S_SCALAR), "H5Screate")
-                               : h5::check(H5Screate_simple(int(rank), dims.data(), nullptr), "H5Screate_simple");
-  h5::Handle dcpl = h5::check(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate");
-  const std::string& compression = plan.compression;
   const bool chunked = !plan.chunks.empty();
-  const Shape& chunks = plan.chunks;
-  const std::vector<FilterInfo>& pipeline = plan.pipeline;
   if (chunked) {
-    const uint64_t chunk_bytes = plan.chunk_bytes;
-    if (chunk_bytes > budget_->limit()) {
-      const std::string msg = what + ": a chunk of " + std::to_string(chunk_bytes) +
+    if (plan.chunk_bytes > budget_->limit()) {
+      const std::string msg = what + ": a chunk of " + std::to_string(plan.chunk_bytes) +
                               " bytes does not fit write_buffer=" + std::to_string(budget_->limit()) +
                               " (chunks written in part are held there): use smaller chunks or a larger write_buffer";
       log::error(msg);
       fail(EFBIG, msg);
     }
-    if (compression == "zstd") {
+    if (plan.compression == "zstd") {
       // Readable where the zstd HDF5 plugin (filter 32015) is installed; Debian 12 ships none
       // (its h5py and hdf5plugin cannot read these files): say so once per mount.
       static std::once_flag warned;
@@ -906,45 +1338,28 @@ DatasetWriterPtr Writer::create_dataset(const std::string& file, const std::stri
                   "lz4 are readable there)");
       });
     }
-    std::vector<hsize_t> cd(chunks.begin(), chunks.end());
-    h5::check(H5Pset_chunk(dcpl.get(), int(rank), cd.data()), what + ": H5Pset_chunk");
-    for (const auto& f : pipeline) {
-      if (f.id == 1) {
-        h5::check(H5Pset_deflate(dcpl.get(), f.cd_values.at(0)), "H5Pset_deflate");
-      } else if (f.id == 2) {
-        h5::check(H5Pset_shuffle(dcpl.get()), "H5Pset_shuffle");
-      } else {
-        // Optional: libhdf5 then accepts the pipeline even when the plugin is not installed in the
-        // daemon (chunks are compressed here and written directly; readers need the plugin).
-        h5::check(H5Pset_filter(dcpl.get(), static_cast<H5Z_filter_t>(f.id), H5Z_FLAG_OPTIONAL,
-                                f.cd_values.size(), f.cd_values.data()),
-                  what + ": H5Pset_filter " + filter_name(f.id));
-      }
-    }
-  } else {
-    h5::check(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS), "H5Pset_layout");
-    h5::check(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time");
-    h5::check(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
   }
-  h5::Handle did = h5::check(H5Dcreate2(fs->fid.get(), path.c_str(), type.get(), space.get(), H5P_DEFAULT,
-                                        dcpl.get(), H5P_DEFAULT),
-                             what + ": H5Dcreate");
+  const uint64_t addr = fs->with_file(what, [&](WriteFile& h5) {
+    if (h5.exists(path)) fail(EEXIST, what + " exists");
+    return h5.create_dataset(path, spec);
+  });
   DatasetWriterPtr w;
   if (chunked) {
-    h5::check(H5Fflush(fs->fid.get(), H5F_SCOPE_LOCAL), file + ": H5Fflush");
-    w = std::make_shared<ChunkedWriter>(engine_, fs, what, std::move(did), spec.shape, chunks,
-                                        itemsize, pipeline, budget_);
+    w = std::make_shared<ChunkedWriter>(engine_, fs, what, path, spec.shape, plan.chunks, plan.itemsize,
+                                        plan.pipeline, budget_);
   } else {
-    haddr_t addr = nbytes ? H5Dget_offset(did.get()) : 0;
-    if (nbytes && addr == HADDR_UNDEF) h5::fail_h5(EIO, what + ": no file offset (H5Dget_offset)");
-    did.reset();
-    h5::check(H5Fflush(fs->fid.get(), H5F_SCOPE_LOCAL), file + ": H5Fflush");
+    // From the writer process: checked before bytes are written there (past the superblock,
+    // the data's end within signed 64-bit file offsets).
+    if (plan.nbytes && (addr == 0 || addr > uint64_t(INT64_MAX) - plan.nbytes))
+      fail(EIO, what + ": implausible file offset " + std::to_string(addr) + " from the HDF5 writer process");
     // A killed daemon must leave a file whose end covers the dataset (else "truncated file").
-    ensure_size(fs->fd, addr + nbytes, what);
-    w = std::make_shared<ContiguousWriter>(fs, what, addr, nbytes);
+    ensure_size(fs->fd, addr + plan.nbytes, what);
+    w = std::make_shared<ContiguousWriter>(fs, what, addr, plan.nbytes);
   }
   log::info("created dataset " + w->describe());
   std::lock_guard<std::mutex> g(mu_);
+  // close_all started meanwhile (its snapshot did not see this one): as any create after it.
+  if (closing_) fail(EIO, what + ": the writer is closed");
   datasets_.push_back(w);
   return w;
 }
@@ -974,7 +1389,7 @@ DatasetWriterPtr Writer::open_existing(const std::string& file, const std::strin
   } else {
     const int fd = ::open(file.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) fail(errno, "cannot open " + file + " for writing: " + std::strerror(errno));
-    fs = std::make_shared<FileState>(file, h5::Handle(), fd);
+    fs = std::make_shared<FileState>(file, nullptr, fd);
     files_[file] = fs;
   }
   auto w = std::make_shared<ContiguousWriter>(fs, what, st.contiguous_addr, nbytes);
@@ -996,12 +1411,21 @@ void Writer::flush_all() {
   std::vector<std::shared_ptr<FileState>> files;
   snapshot(ds, files);
   for (auto& w : ds) w->flush(false);
-  auto lk = h5::lock();
+  // Every file, even when one fails (its writer process died): the first error is reported.
+  std::exception_ptr first;
   for (auto& f : files) {
-    if (f->closed) continue;
-    if (f->fid) h5::check(H5Fflush(f->fid.get(), H5F_SCOPE_LOCAL), f->path + ": H5Fflush");
-    if (f->fd >= 0) ::fdatasync(f->fd);
+    try {
+      {
+        std::lock_guard<std::mutex> g(f->mu);
+        if (f->closed) continue;
+        if (f->h5) f->h5->flush();
+      }
+      if (f->fd >= 0) ::fdatasync(f->fd);
+    } catch (const std::exception&) {
+      if (!first) first = std::current_exception();
+    }
   }
+  if (first) std::rethrow_exception(first);
 }
 
 void Writer::close_all() {
@@ -1009,31 +1433,26 @@ void Writer::close_all() {
   std::vector<std::shared_ptr<FileState>> files;
   std::string first_error;
   {
-    // No new groups or datasets from here on (create_* check under the HDF5 lock), so the
-    // snapshot below holds every dataset writer of these files.
-    auto lk = h5::lock();
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      closing_ = true;
-    }
-    snapshot(ds, files);
+    // No new files, groups or datasets from here on: create_* check closing_ again when they
+    // register what they made, so the snapshot below holds every dataset writer of these files.
+    std::lock_guard<std::mutex> g(mu_);
+    closing_ = true;
   }
+  snapshot(ds, files);
   for (auto& w : ds) {
     try {
       if (auto* c = dynamic_cast<ChunkedWriter*>(w.get())) c->close();
       else w->flush(false);
     } catch (const std::exception& e) {
-      log::error(e.what());
+      if (!already_logged(e)) log::error(e.what());
       if (first_error.empty()) first_error = e.what();
     }
   }
   for (auto& f : files) {
-    const std::string e = f->close();
-    if (e.empty()) continue;
-    log::error(e);
-    if (first_error.empty()) first_error = e;
+    const std::string e = f->close();  // logged there
+    if (!e.empty() && first_error.empty()) first_error = e;
   }
-  if (!first_error.empty()) fail(EIO, first_error);
+  if (!first_error.empty()) throw Error(EIO, first_error, true);  // each was logged above
 }
 
 }  // namespace h5d

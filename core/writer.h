@@ -1,11 +1,11 @@
-// The write path: HDF5 files, groups and datasets created through libhdf5 (under the HDF5 lock,
-// metadata flushed at once so that a killed daemon leaves a valid file), then data written
-// without the library where it can be:
+// The write path: HDF5 files, groups and datasets created through libhdf5 (in the daemon in one
+// writer process per file, WriteFile; metadata flushed at once so that a killed daemon leaves a
+// valid file), then data written without the library where it can be:
 //   contiguous (default): early allocation, fill never; bytes go straight to pwrite at the
 //     dataset's file offset (H5Dget_offset), no lock: safe from many processes (and nodes).
 //   chunked (and compressed): the bytes of each chunk are gathered in memory; a complete chunk
 //     is compressed (on the pool when several complete at once) and written with H5Dwrite_chunk
-//     under the HDF5 lock; incomplete chunks are written padded with fill on flush() (and kept
+//     (its bytes sent to the writer process); incomplete chunks are written padded with fill on flush() (and kept
 //     in memory: more bytes may come), and the file's metadata flushed (H5Fflush).
 //   existing contiguous datasets (option write_existing): pwrite in place.
 // Knows nothing of FUSE, .npy or JSON. Byte offsets are those of the array's C-order bytes.
@@ -26,6 +26,10 @@
 namespace h5d {
 
 class Engine;
+namespace proto {
+class In;
+enum class Op : uint16_t;
+}  // namespace proto
 
 struct WriterOptions {
   std::string compression;   // default for new datasets: "" (contiguous), gzip, blosc, lz4, zstd
@@ -81,6 +85,43 @@ struct NewFileOwner {
   mode_t mode;
 };
 
+// The libhdf5 side of one file the Writer created: every libhdf5 call of the write path. In
+// the daemon (Engine::helpers() set) it is the file's own writer process, an h5direct-helper
+// that holds only this file open for writing (a libhdf5 handle open for writing cannot be
+// shared between processes): a crash, abort or hang there costs this file only. In process
+// (unit tests, and inside that helper) it calls libhdf5 under the HDF5 lock. Datasets are named
+// by their path in the file. Not thread-safe: Writer::FileState serializes the calls.
+class WriteFile {
+ public:
+  virtual ~WriteFile() = default;
+  virtual pid_t pid() const = 0;  // the writer process; 0 in process
+  virtual bool exists(const std::string& path) = 0;  // H5Lexists
+  virtual void create_group(const std::string& path) = 0;  // then H5Fflush
+  // H5Dcreate2 of `spec` (planned again where libhdf5 runs: plan_dataset), then H5Fflush.
+  // Returns the file offset of contiguous data (H5Dget_offset; 0 when empty or chunked);
+  // chunked datasets stay open for their chunks until close_dataset.
+  virtual uint64_t create_dataset(const std::string& path, const NewDataset& spec) = 0;
+  virtual void write_chunk(const std::string& path, const std::vector<uint64_t>& offset,
+                           const std::vector<uint8_t>& bytes) = 0;  // H5Dwrite_chunk, no filter skipped
+  // The stored bytes of a chunk, which must be `size` bytes (what was written there), else
+  // Error(EIO); `mask`: the filters skipped.
+  virtual std::vector<uint8_t> read_chunk(const std::string& path, const std::vector<uint64_t>& offset,
+                                          uint64_t size, uint32_t& mask) = 0;
+  virtual void close_dataset(const std::string& path) = 0;
+  virtual void flush() = 0;  // H5Fflush
+  virtual void close() = 0;  // H5Fflush, H5Fclose; every later call fails with Error(EIO)
+};
+
+// Creates the HDF5 file `path` (O_EXCL; Error(EEXIST) when it exists) in the writer process
+// (engine.helpers() set) or in process. `created`: the device and inode libhdf5 created.
+std::unique_ptr<WriteFile> create_write_file(Engine& engine, const std::string& path, dev_t& dev, ino_t& ino);
+
+namespace helper {
+// The writer process's side (helper::serve): answers one proto::is_write_op request about
+// `path`. `file` is this process's one written file, made by Op::WriteCreateFile.
+std::string serve_write(std::unique_ptr<WriteFile>& file, proto::Op op, proto::In& in, const std::string& path);
+}  // namespace helper
+
 class DatasetWriter {
  public:
   virtual ~DatasetWriter() = default;
@@ -111,6 +152,9 @@ class Writer {
   void create_file(const std::string& path, const NewFileOwner* owner = nullptr);
   // True for files created by this writer (only those take new groups and datasets).
   bool owns(const std::string& path);
+  // The writer process of a file created here (its libhdf5 side), 0 when there is none (in
+  // process, not ours, closed). Tests kill it; the log line of create_file names it too.
+  pid_t writer_pid(const std::string& path);
   void create_group(const std::string& file, const std::string& group_path);
   // Creates a dataset and returns its writer; metadata is flushed before this returns.
   DatasetWriterPtr create_dataset(const std::string& file, const std::string& dset_path,
@@ -143,7 +187,8 @@ class Writer {
   WriterOptions opts_;
   std::shared_ptr<WriteBudget> budget_;
   // Level 4 of the lock hierarchy in docs/architecture.md: taken after the HDF5 lock, before the
-  // leaf locks (log). Guards files_, datasets_, existing_, closing_.
+  // leaf locks (log); never held while a file's WriteFile is called. Guards files_, datasets_,
+  // existing_, closing_.
   std::mutex mu_;
   bool closing_ = false;  // close_all has started: no new files, groups or datasets
   std::map<std::string, std::shared_ptr<FileState>> files_;

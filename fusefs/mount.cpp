@@ -534,7 +534,7 @@ int run_mount(int argc, char** argv) {
       try {
         writer->close_all();
       } catch (const std::exception& e) {
-        log::error(std::string("flushing written files: ") + e.what());
+        if (!already_logged(e)) log::error(std::string("flushing written files: ") + e.what());
         status = 1;
       }
     }

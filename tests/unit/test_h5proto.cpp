@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <set>
+#include <string>
 
 #include "core/error.h"
 #include "core/h5proto.h"
@@ -242,4 +244,22 @@ TEST_CASE("h5proto: a sequence file's metadata round-trips; truncations and bad 
   proto::In in(bad.data());
   euxfel::meta::SequenceMeta b;
   CHECK_THROWS_AS(proto::get(in, b), Error);
+}
+
+TEST_CASE("h5proto: every request has a name; the Write* ops are the writer process's", "[h5proto]") {
+  std::set<std::string> names;
+  for (uint16_t k = 1; k <= static_cast<uint16_t>(proto::Op::Last); ++k) {
+    const auto op = static_cast<proto::Op>(k);
+    const std::string name = proto::op_name(op);
+    INFO(k << " " << name);
+    CHECK(name != "?");
+    CHECK(names.insert(name).second);  // log lines name the call: no two alike
+  }
+  using proto::Op;
+  for (Op op : {Op::WriteCreateFile, Op::WriteExists, Op::WriteCreateGroup, Op::WriteCreateDataset, Op::WriteChunk,
+                Op::ReadChunk, Op::WriteCloseDataset, Op::WriteFlush, Op::WriteCloseFile})
+    CHECK(proto::is_write_op(op));
+  for (Op op : {Op::ListGroup, Op::LibraryRead, Op::DatasetDetails, Op::MetaSequenceFile}) CHECK_FALSE(proto::is_write_op(op));
+  // A chunk to write may be larger than any other request: only WriteChunk is allowed that.
+  CHECK(proto::kMaxWriteRequest > proto::kMaxRequest);
 }

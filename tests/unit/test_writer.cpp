@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "core/engine.h"
@@ -829,4 +830,143 @@ TEST_CASE("writer: existing datasets written in place", "[writer]") {
   w.close_all();
   CHECK(errno_of([&] { d->write(0, junk.data(), 1); }) == EIO);
   REQUIRE(diff(read_stored(fs.path, "/contig", "<u2").data, expect) == "");
+}
+
+namespace {
+
+EngineOptions engine_with_helpers(unsigned timeout_ms = 20000) {
+  EngineOptions o = engine_opts(2);
+  o.helper = HelperOptions{H5D_HELPER_PATH, 1, timeout_ms, 30000};  // path, count, timeout, backoff
+  return o;
+}
+
+// A chunked gzip dataset of `shape` (u2) whose chunks are `chunks`.
+NewDataset gzip_spec(Shape shape, Shape chunks) {
+  NewDataset spec;
+  spec.shape = std::move(shape);
+  spec.typestr = "<u2";
+  spec.chunks = std::move(chunks);
+  spec.compression = "gzip";
+  return spec;
+}
+
+bool process_exists(pid_t pid) { return pid > 0 && ::kill(pid, 0) == 0; }
+
+}  // namespace
+
+TEST_CASE("writer: with helpers, libhdf5 runs in one writer process per file", "[writer]") {
+  Engine e(engine_with_helpers());
+  Writer w(e, {});
+  const std::string f1 = fresh_path("proc_a"), f2 = fresh_path("proc_b");
+  w.create_file(f1);
+  w.create_file(f2);
+  const pid_t p1 = w.writer_pid(f1), p2 = w.writer_pid(f2);
+  CHECK(p1 > 0);
+  CHECK(p2 > 0);
+  CHECK(p1 != p2);
+  CHECK(p1 != ::getpid());
+  CHECK(process_exists(p1));
+  w.create_group(f1, "/g");
+  CHECK(errno_of([&] { w.create_group(f1, "/g"); }) == EEXIST);  // H5Lexists, in the process
+  // Chunked: partial chunks flushed, then completed (read back from the file through the
+  // process: H5Dget_chunk_storage_size, H5Dread_chunk), out of order.
+  auto d = w.create_dataset(f1, "/g/x", gzip_spec({37, 50}, {8, 16}));
+  CHECK(errno_of([&] { w.create_dataset(f1, "/g/x", gzip_spec({1}, {1})); }) == EEXIST);
+  const uint64_t n = d->nbytes();
+  const Bytes src = make_values("<u2", n / 2, 3);
+  Bytes expect(n, 0);
+  std::mt19937_64 rng(5);
+  const auto pieces = cover(n, 333, rng);
+  const auto half = pieces.begin() + static_cast<std::ptrdiff_t>(pieces.size() / 2);
+  apply(*d, std::vector<Range>(pieces.begin(), half), src, expect);
+  d->flush(true);
+  apply(*d, std::vector<Range>(half, pieces.end()), src, expect);
+  REQUIRE(diff(expect, src) == "");
+  check_readback(*d, expect, 7);
+  // Contiguous: pwrite in the daemon at the offset the process allocated.
+  NewDataset cs;
+  cs.shape = {100};
+  cs.typestr = "<f8";
+  auto c = w.create_dataset(f2, "/c", cs);
+  const Bytes csrc = make_values("<f8", 100, 9);
+  c->write(0, csrc.data(), csrc.size());
+  w.close_all();
+  CHECK(w.writer_pid(f1) == 0);
+  CHECK_FALSE(process_exists(p1));  // the process ends with its file
+  const Stored s1 = read_stored(f1, "/g/x", "<u2");
+  CHECK(s1.layout == H5D_CHUNKED);
+  CHECK(s1.chunks == std::vector<hsize_t>{8, 16});
+  REQUIRE(diff(s1.data, expect) == "");
+  REQUIRE(diff(read_stored(f2, "/c", "<f8").data, csrc) == "");
+}
+
+TEST_CASE("writer: a killed writer process fails its file's writes with EIO, not another file's", "[writer]") {
+  Engine e(engine_with_helpers());
+  Writer w(e, {});
+  const std::string fa = fresh_path("killed"), fb = fresh_path("survivor");
+  w.create_file(fa);
+  w.create_file(fb);
+  auto da = w.create_dataset(fa, "/x", gzip_spec({4, 64}, {1, 64}));
+  auto db = w.create_dataset(fb, "/x", gzip_spec({4, 64}, {1, 64}));
+  NewDataset cs;
+  cs.shape = {64};
+  cs.typestr = "<u2";
+  auto ca = w.create_dataset(fa, "/contiguous", cs);
+  const Bytes src = make_values("<u2", 4 * 64, 11);
+  da->write(0, src.data(), 128);  // chunk 0, complete
+  da->flush(true);
+  const pid_t pa = w.writer_pid(fa);
+  REQUIRE(pa > 0);
+  REQUIRE(::kill(pa, SIGKILL) == 0);
+  // Its chunks need the process: EIO, at the write (written at once) or at the latest on flush.
+  const int at_write = errno_of([&] { da->write(128, src.data() + 128, src.size() - 128); });
+  CHECK((at_write == 0 || at_write == EIO));
+  CHECK(errno_of([&] { da->flush(true); }) == EIO);
+  CHECK(errno_of([&] { w.create_group(fa, "/g"); }) == EIO);
+  // Its contiguous data does not (pwrite at an offset allocated at creation).
+  ca->write(0, src.data(), 128);
+  ca->flush(true);
+  // The other file, and new files, are unaffected.
+  db->write(0, src.data(), src.size());
+  db->flush(true);
+  const std::string fc = fresh_path("after");
+  w.create_file(fc);
+  w.create_group(fc, "/g");
+  CHECK(errno_of([&] { w.close_all(); }) == EIO);  // the killed file's close
+  REQUIRE(diff(read_stored(fb, "/x", "<u2").data, src) == "");
+  CHECK(stored_group_exists(fc, "/g"));
+  // What the killed process left: its flushed metadata and the chunk written before.
+  const Stored s = read_stored(fa, "/x", "<u2");
+  REQUIRE(diff(Bytes(s.data.begin(), s.data.begin() + 128), Bytes(src.begin(), src.begin() + 128)) == "");
+  REQUIRE(diff(read_stored(fa, "/contiguous", "<u2").data, Bytes(src.begin(), src.begin() + 128)) == "");
+}
+
+TEST_CASE("writer: a chunk larger than a metadata reply is read back through its writer process", "[writer]") {
+  Engine e(engine_with_helpers());
+  // One chunk above proto::kMaxMetaReply (64 MiB), stored as is (no filter), and room for one
+  // partial chunk only: writing into the other chunk spills the first to the file, and its
+  // next bytes bring all of it back through the socket (H5Dread_chunk in the process).
+  const uint64_t chunk = (64ull << 20) + 4096;  // bytes; elements of 2 bytes
+  WriterOptions wo;
+  wo.pending_budget = chunk;
+  Writer w(e, wo);
+  const std::string f = fresh_path("big_chunk");
+  w.create_file(f);
+  NewDataset spec;
+  spec.shape = {chunk};  // 2 chunks of chunk / 2 elements
+  spec.typestr = "<u2";
+  spec.chunks = {chunk / 2};
+  auto d = w.create_dataset(f, "/big", spec);
+  const Bytes src = make_values("<u2", chunk, 21);
+  const uint64_t h = chunk / 2;
+  d->write(0, src.data(), h);                              // chunk 0, half
+  d->write(chunk, src.data() + chunk, h);                  // chunk 1: chunk 0 spilled
+  d->write(h, src.data() + h, chunk - h);                  // chunk 0 read back, completed
+  Bytes expect = src;
+  std::fill(expect.begin() + static_cast<std::ptrdiff_t>(chunk + h), expect.end(), 0);  // never written
+  Bytes back(src.size());
+  d->read(0, back.size(), back.data());  // chunk 1 read back from the file as well
+  REQUIRE(diff(back, expect) == "");
+  w.close_all();
+  REQUIRE(diff(read_stored(f, "/big", "<u2").data, expect) == "");
 }
