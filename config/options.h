@@ -11,7 +11,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/writer.h"
 #include "fusefs/options.h"
 #include "vfs/options.h"

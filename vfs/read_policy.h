@@ -19,7 +19,7 @@
 #include <mutex>
 #include <utility>
 
-#include "core/array.h"
+#include "core/array/array.h"
 
 namespace h5d::vfs {
 

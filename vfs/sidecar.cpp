@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/region.h"
+#include "core/array/region.h"
 
 namespace h5d::vfs {
 namespace {

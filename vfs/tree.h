@@ -28,7 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/array.h"
+#include "core/array/array.h"
 #include "vfs/options.h"
 #include "vfs/read_policy.h"
 

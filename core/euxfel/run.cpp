@@ -13,12 +13,12 @@
 #include <regex>
 #include <set>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/euxfel/h5meta.h"
 #include "core/euxfel/live.h"
-#include "core/h5file.h"
-#include "core/h5helper.h"
+#include "core/h5lib/h5file.h"
+#include "core/h5lib/h5helper.h"
 #include "core/log.h"
 
 namespace h5d::euxfel {
