@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "core/array/array.h"
-#include "vfs/options.h"
+#include "vfs/vfs_options.h"
 #include "vfs/read_policy.h"
 
 struct stat;

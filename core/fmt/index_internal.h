@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/fmt/chunk_index.h"
-#include "core/fmt/decode.h"
+#include "core/fmt/cursor.h"
 
 namespace h5d::fmt::detail {
 

@@ -1,7 +1,7 @@
-// Shared decoding helpers (see decode.h): Jenkins lookup3 checksum (File Format Specification
+// Shared decoding helpers (see cursor.h): Jenkins lookup3 checksum (File Format Specification
 // v3, "Appendix C: Jenkins' lookup3 Hash Function for Checksums"), bounds-checked block reads
 // and error construction.
-#include "core/fmt/decode.h"
+#include "core/fmt/cursor.h"
 
 namespace h5d::fmt {
 
