@@ -22,8 +22,10 @@ class Engine;
 
 ArrayPtr make_dataset_array(Engine& engine, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st);
 
-// The layouts make_dataset_array hands off to other files: VirtualArray (vds.cpp) and
-// LibraryArray (library_array.cpp).
+// The layouts make_dataset_array hands off to: ContiguousArray (contiguous_array.cpp),
+// ChunkedArray (chunked_array.cpp), VirtualArray (vds.cpp) and LibraryArray (library_array.cpp).
+ArrayPtr make_contiguous_array(Engine& engine, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st);
+ArrayPtr make_chunked_array(Engine& engine, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st);
 ArrayPtr make_virtual_array(Engine& engine, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st);
 ArrayPtr make_library_array(Engine& engine, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st,
                             const std::string& reason);

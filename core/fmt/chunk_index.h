@@ -24,7 +24,7 @@ struct FileGeometry {
   uint8_t sizeof_lengths = 8;
   // The end of address space the superblock stores (absolute; read_stored_end), 0 when not
   // known. A chunk record up to it is kept even where it lies past the file's real end (a
-  // truncated file): that chunk alone fails when it is read (dataset.cpp, check_in_file).
+  // truncated file): that chunk alone fails when it is read (array/file_runs.cpp, check_in_file).
   uint64_t stored_end = 0;
 };
 

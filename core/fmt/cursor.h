@@ -1,7 +1,6 @@
-// Little-endian decoding helpers shared by the on-disk structure parsers (object headers, layout
-// message, chunk indexes): one bounds-checked cursor over a buffer read with one read_at call,
-// the Jenkins lookup3 checksum that HDF5 puts at the end of every v2-era metadata block, and
-// small helpers that build "<file>: <structure> at <addr>: <what>" errors.
+// Reading the on-disk structures (object headers, layout message, chunk indexes): one
+// bounds-checked little-endian cursor over a buffer read with one read_at call, checked
+// addresses, and small helpers that build "<file>: <structure> at <addr>: <what>" errors.
 // Everything in HDF5 files is little-endian (File Format Specification v3, section I.A).
 #pragma once
 #include <cstdint>
@@ -22,9 +21,6 @@ inline uint64_t le_uint(const uint8_t* p, size_t n) {
   return v;
 }
 
-// Jenkins lookup3 hashlittle() with initval 0, as H5_checksum_lookup3 (H5checksum.c).
-uint32_t checksum_lookup3(const uint8_t* data, size_t n, uint32_t initval = 0);
-
 // What a structure is and where it starts, for error messages.
 struct Where {
   const ByteSource* src = nullptr;
@@ -40,9 +36,6 @@ std::vector<uint8_t> read_block(const Where& w, uint64_t n);
 // Relative (as stored) -> absolute address; kUndefAddr stays undefined. Fails when the result
 // lies outside the file.
 uint64_t to_absolute(const Where& w, const FileGeometry& geo, uint64_t rel);
-
-// Verifies the lookup3 checksum stored in the 4 bytes at buf[n-4..n) over buf[0..n-4).
-void verify_checksum(const Where& w, const uint8_t* buf, size_t n);
 
 // A bounds-checked reading position inside one buffer.
 class Cursor {

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/fmt/chunk_index.h"
+#include "core/fmt/checksum.h"
 #include "core/fmt/cursor.h"
 
 namespace h5d::fmt {

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/fmt/chunk_index.h"
+#include "core/fmt/checksum.h"
 #include "core/fmt/cursor.h"
 #include "tests/support/h5format_fixtures.h"
 
