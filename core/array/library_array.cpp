@@ -8,7 +8,7 @@
 #include "core/array/dataset.h"
 #include "core/engine/engine.h"
 #include "core/error.h"
-#include "core/filters/codecs.h"
+#include "core/filters/filters.h"
 #include "core/h5lib/h5file.h"
 #include "core/h5lib/h5helper.h"
 #include "core/h5lib/h5lib.h"
@@ -114,7 +114,7 @@ void check_scaleoffset_chunks(hid_t dset, hid_t ftype, const DatasetInfo& info, 
                               const std::string& what) {
   constexpr uint64_t kHeader = 21;
   int so = -1;  // position of scale-offset if it is the last filter (undone first)
-  if (!info.filters.empty() && info.filters.back().id == codec::kScaleOffset) so = static_cast<int>(info.filters.size()) - 1;
+  if (!info.filters.empty() && info.filters.back().id == filters::kScaleOffset) so = static_cast<int>(info.filters.size()) - 1;
   if (so < 0 || info.layout != "chunked" || info.chunks.size() != ds_rank || ds_rank == 0) return;
   const uint64_t type_size = H5Tget_size(ftype);
   uint64_t nelem = 1;
