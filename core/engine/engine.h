@@ -25,9 +25,7 @@ struct EngineOptions {
   uint64_t cache_bytes = 0;        // decoded-chunk cache budget; 0 = default (1/8 of RAM, <= 4 GiB)
   unsigned max_open_files = 128;   // descriptors kept open (HDF5 handles are bounded alike)
   uint64_t contiguous_split = 8ull << 20;  // large contiguous reads are split into jobs this size
-  uint64_t merge_gap = 0;          // uncompressed chunks closer than this are read in one pread
   bool vds_missing_fill = false;   // true: a missing VDS source reads as fill (libhdf5's way)
-  unsigned prefetch_max_chunks = 64;  // sequential prefetch window cap
   HelperOptions helper;            // libhdf5 in helper processes (path set) or in this one
 };
 

@@ -122,14 +122,6 @@ std::shared_ptr<const OpenFd> FdCache::get(const std::string& path, const FileId
   return entry;
 }
 
-void FdCache::forget(const std::string& path) {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto it = map_.find(path);
-  if (it == map_.end()) return;
-  lru_.erase(it->second);
-  map_.erase(it);
-}
-
 size_t FdCache::open_count() const {
   std::lock_guard<std::mutex> lk(mu_);
   return lru_.size();

@@ -61,8 +61,6 @@ class FdCache {
   // Error(ESTALE) when the file at path is no longer `expect`. Called after reading bytes, so
   // that bytes read while the file was being rewritten are never served.
   static void verify(const std::string& path, const FileIdentity& expect);
-  // Forgets a path (file changed or deleted): the next get opens it anew.
-  void forget(const std::string& path);
   size_t open_count() const;
 
  private:

@@ -1,7 +1,5 @@
 #include "core/h5lib/h5lib.h"
 
-#include <dlfcn.h>
-
 #include <cstdlib>
 
 #include "core/error.h"
@@ -74,11 +72,6 @@ Handle check(hid_t id, const std::string& what, int code) {
 
 void check(herr_t rc, const std::string& what, int code) {
   if (rc < 0) fail_h5(code, what);
-}
-
-ChunkIterFn chunk_iter() {
-  static ChunkIterFn fn = reinterpret_cast<ChunkIterFn>(dlsym(RTLD_DEFAULT, "H5Dchunk_iter"));
-  return fn;
 }
 
 }  // namespace h5d::h5

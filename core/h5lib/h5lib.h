@@ -55,13 +55,6 @@ class Handle {
 Handle check(hid_t id, const std::string& what, int code = 5 /*EIO*/);
 void check(herr_t rc, const std::string& what, int code = 5);
 
-// H5Dchunk_iter when the loaded library has it (1.10.10+, 1.12.3+, 1.14), looked up at run time
-// so that one binary serves 1.10.8 and newer. nullptr when absent.
-using ChunkIterOp = int (*)(const hsize_t* offset, unsigned filter_mask, haddr_t addr,
-                            hsize_t size, void* op_data);
-using ChunkIterFn = herr_t (*)(hid_t dset_id, hid_t dxpl_id, ChunkIterOp cb, void* op_data);
-ChunkIterFn chunk_iter();
-
 // Truncated files (h5truncated.cpp). libhdf5 refuses a file shorter than the end of address
 // space its superblock stores. The helper (and only it: allow_truncated_files) retries such a
 // file with a read-only driver that accepts it and fails every read reaching past the real end.
