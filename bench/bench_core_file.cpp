@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <vector>
 
-#include "core/engine.h"
-#include "core/h5file.h"
+#include "core/engine/engine.h"
+#include "core/h5lib/h5file.h"
 
 int main(int argc, char** argv) {
   if (argc < 4) {

@@ -153,14 +153,14 @@ int main(int argc, char** argv) {
   auto decode_row = [&](const std::string& name, const std::vector<FilterInfo>& p,
                         const Bytes& stored) {
     in = stored;
-    h5d::decode_chunk(p, 0, 2, in, n, out);
+    h5d::filters::decode_chunk(p, 0, 2, in, n, out);
     if (out != raw) {
       std::fprintf(stderr, "%s: decoded data differs\n", name.c_str());
       std::exit(1);
     }
     double r = rate(n, [&] {
       if (in.size() != stored.size()) in = stored;
-      h5d::decode_chunk(p, 0, 2, in, n, out);
+      h5d::filters::decode_chunk(p, 0, 2, in, n, out);
     });
     rows.push_back({name, stored.size(), r});
   };
@@ -174,16 +174,16 @@ int main(int argc, char** argv) {
   rows.push_back({"zlib inflate + unshuffle", z_shuf.size(), rate(n, [&] {
                     uLongf len = uLongf(n);
                     uncompress(tmp.data(), &len, z_shuf.data(), uLong(z_shuf.size()));
-                    h5d::codec::unshuffle(tmp.data(), out.data(), n, 2);
+                    h5d::filters::codec::unshuffle(tmp.data(), out.data(), n, 2);
                   })});
   {
     // libdeflate alone: decode the shuffled stream without the shuffle step (check vs shuf).
     std::vector<FilterInfo> p = {F(1, {4})};
     in = z_shuf;
-    h5d::decode_chunk(p, 0, 2, in, n, out);
+    h5d::filters::decode_chunk(p, 0, 2, in, n, out);
     if (out != shuf) return 1;
     rows.push_back({"libdeflate (shuffled data)", z_shuf.size(),
-                    rate(n, [&] { h5d::decode_chunk(p, 0, 2, in, n, out); })});
+                    rate(n, [&] { h5d::filters::decode_chunk(p, 0, 2, in, n, out); })});
   }
   decode_row("libdeflate, unshuffled data (level 4)", {F(1, {4})}, z_raw);
   decode_row("libdeflate + unshuffle (decode_chunk)", {F(2, {2}), F(1, {4})}, z_shuf);
@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
   {
     Bytes zf = z_shuf;
     // fletcher32 appended (over the compressed bytes, as in the pipeline order)
-    const uint32_t c = h5d::codec::fletcher32(zf.data(), zf.size());
+    const uint32_t c = h5d::filters::codec::fletcher32(zf.data(), zf.size());
     for (int i = 0; i < 4; ++i) zf.push_back(uint8_t(c >> (8 * i)));
     decode_row("libdeflate + unshuffle + fletcher32", {F(2, {2}), F(1, {4}), F(3)}, zf);
   }

@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/engine.h"
-#include "core/h5file.h"
+#include "core/engine/engine.h"
+#include "core/h5lib/h5file.h"
 
 using Clock = std::chrono::steady_clock;
 

@@ -11,10 +11,10 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/writer.h"
-#include "fusefs/options.h"
-#include "vfs/options.h"
+#include "fusefs/fuse_options.h"
+#include "vfs/vfs_options.h"
 
 namespace h5d::config {
 

@@ -11,14 +11,14 @@
 #include <functional>
 #include <set>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/filters/encode.h"
 #include "core/filters/filters.h"
-#include "core/h5file.h"
-#include "core/h5helper.h"
-#include "core/h5lib.h"
-#include "core/h5proto.h"
+#include "core/h5lib/h5file.h"
+#include "core/h5lib/h5helper.h"
+#include "core/h5lib/h5lib.h"
+#include "core/h5lib/h5proto.h"
 #include "core/log.h"
 
 namespace h5d {

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "core/filters/filters.h"
-#include "core/region.h"
+#include "core/array/region.h"
 
 namespace h5d {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/fd_cache.h"
+#include "core/engine/fd_cache.h"
 #include "core/log.h"
 
 namespace h5d::fusefs {

@@ -16,7 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "fusefs/options.h"
+#include "fusefs/fuse_options.h"
 #include "vfs/vfs.h"
 
 namespace h5d::fusefs {

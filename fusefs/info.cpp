@@ -10,9 +10,9 @@
 #include <sstream>
 
 #include "config/options.h"
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/euxfel/run.h"
-#include "core/h5helper.h"
+#include "core/h5lib/h5helper.h"
 #include "core/log.h"
 #include "vfs/run_view.h"
 #include "vfs/sidecar.h"

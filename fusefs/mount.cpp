@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "config/options.h"
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/writer.h"
@@ -500,7 +500,7 @@ int run_mount(int argc, char** argv) {
     std::unique_ptr<Writer> writer;  // rw mounts; destroyed after the Vfs, before the engine
     std::unique_ptr<vfs::Vfs> fs;
     try {
-      // libhdf5 runs in helper processes, never in the daemon (core/h5helper.h).
+      // libhdf5 runs in helper processes, never in the daemon (core/h5lib/h5helper.h).
       m.engine.helper.path = find_helper();
       if (m.engine.helper.path.empty())
         throw std::runtime_error("h5direct-helper not found beside this program (nor in ../libexec/h5direct)");

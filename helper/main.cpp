@@ -14,8 +14,8 @@
 #include <cstring>
 #include <string>
 
-#include "core/h5helper.h"
-#include "core/h5lib.h"
+#include "core/h5lib/h5helper.h"
+#include "core/h5lib/h5lib.h"
 #include "core/log.h"
 
 int main(int argc, char** argv) {

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "vfs/npy.h"

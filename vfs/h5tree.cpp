@@ -11,10 +11,10 @@
 #include <cstring>
 #include <set>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
-#include "core/fd_cache.h"
-#include "core/h5file.h"
+#include "core/engine/fd_cache.h"
+#include "core/h5lib/h5file.h"
 #include "core/log.h"
 #include "vfs/npy.h"
 #include "vfs/sidecar.h"

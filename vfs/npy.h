@@ -10,8 +10,8 @@
 #pragma once
 #include <string>
 
-#include "core/dtype.h"
-#include "core/region.h"
+#include "core/array/dtype.h"
+#include "core/array/region.h"
 
 namespace h5d::vfs {
 

@@ -19,8 +19,8 @@
 #include <mutex>
 #include <utility>
 
-#include "core/array.h"
-#include "core/engine.h"
+#include "core/array/array.h"
+#include "core/engine/engine.h"
 
 namespace h5d::vfs {
 

@@ -11,7 +11,7 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/euxfel/detector.h"
 #include "core/euxfel/live.h"

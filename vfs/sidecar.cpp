@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/region.h"
+#include "core/array/region.h"
 
 namespace h5d::vfs {
 namespace {
@@ -207,7 +207,7 @@ json dataset_sidecar(const DatasetInfo& info, uint64_t npy_data_offset) {
   json filters = json::array();
   for (const auto& f : info.filters) {
     filters.push_back({{"id", f.id},
-                       {"name", f.name.empty() ? filter_name(f.id) : f.name},
+                       {"name", f.name.empty() ? filters::filter_name(f.id) : f.name},
                        {"cd_values", f.cd_values},
                        {"flags", f.flags},
                        {"optional", (f.flags & 1) != 0}});

@@ -4,8 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/dtype.h"
-#include "core/h5file.h"
+#include "core/array/dtype.h"
+#include "core/h5lib/h5file.h"
 #include "core/value.h"
 
 namespace h5d::vfs {

@@ -28,8 +28,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/array.h"
-#include "vfs/options.h"
+#include "core/array/array.h"
+#include "vfs/vfs_options.h"
 #include "vfs/read_policy.h"
 
 struct stat;

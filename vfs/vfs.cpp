@@ -13,8 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/buffer_pool.h"
-#include "core/engine.h"
+#include "core/engine/buffer_pool.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/writer.h"

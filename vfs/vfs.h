@@ -14,7 +14,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "vfs/options.h"
+#include "vfs/vfs_options.h"
 #include "vfs/tree.h"
 
 namespace h5d {

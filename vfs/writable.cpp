@@ -8,9 +8,9 @@
 #include <cstring>
 #include <mutex>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
-#include "core/h5file.h"
+#include "core/h5lib/h5file.h"
 #include "core/log.h"
 #include "vfs/dataset_spec.h"
 #include "vfs/npy.h"

@@ -5,7 +5,7 @@
 #include <regex>
 #include <set>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/log.h"
 

@@ -31,9 +31,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/array.h"
+#include "core/array/array.h"
 #include "core/euxfel/run.h"
-#include "core/stack_array.h"
+#include "core/array/stack_array.h"
 
 namespace h5d::euxfel {
 

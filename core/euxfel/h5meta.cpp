@@ -4,10 +4,10 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/engine.h"
-#include "core/h5file.h"
-#include "core/h5helper.h"
-#include "core/h5lib.h"
+#include "core/engine/engine.h"
+#include "core/h5lib/h5file.h"
+#include "core/h5lib/h5helper.h"
+#include "core/h5lib/h5lib.h"
 
 namespace h5d::euxfel::meta {
 namespace {

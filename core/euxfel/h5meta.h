@@ -49,7 +49,7 @@ struct IndexArrays {
 std::vector<IndexArrays> read_index(H5File& f, const std::string& base,
                                     const std::vector<std::string>& groups, uint64_t n);
 
-// Everything Run::open reads from one sequence file (run.cpp, read_sequence_file): in the
+// Everything Run::open reads from one sequence file (sequence_file.cpp, read_sequence_file): in the
 // daemon one HDF5 helper request per file instead of one per item.
 struct SequenceMeta {
   std::string format_version;              // "0.5" when METADATA/dataFormatVersion is absent

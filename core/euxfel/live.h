@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/fd_cache.h"
+#include "core/engine/fd_cache.h"
 
 namespace h5d::euxfel {
 

@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/array.h"
-#include "core/dtype.h"
+#include "core/array/array.h"
+#include "core/array/dtype.h"
 #include "core/value.h"
 
 namespace h5d {

@@ -19,7 +19,7 @@
 #include <emmintrin.h>
 #endif
 
-namespace h5d {
+namespace h5d::filters {
 namespace codec {
 
 namespace {
@@ -578,4 +578,4 @@ size_t bitshuffle_decode(const uint8_t* src, size_t n, Sink& dst, size_t expecte
 }
 
 }  // namespace codec
-}  // namespace h5d
+}  // namespace h5d::filters

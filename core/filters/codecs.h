@@ -6,25 +6,10 @@
 #include <memory>
 #include <vector>
 
-namespace h5d {
+namespace h5d::filters {
 struct FilterInfo;
 
 namespace codec {
-
-// Filter ids as registered with the HDF Group.
-enum : int {
-  kDeflate = 1,
-  kShuffle = 2,
-  kFletcher32 = 3,
-  kSzip = 4,
-  kNbit = 5,
-  kScaleOffset = 6,
-  kLzf = 32000,
-  kBlosc = 32001,
-  kLz4 = 32004,
-  kBitshuffle = 32008,
-  kZstd = 32015,
-};
 
 // bitshuffle cd_values[4]
 enum : unsigned { kBshufNone = 0, kBshufLz4 = 2, kBshufZstd = 3 };
@@ -83,4 +68,4 @@ uint32_t fletcher32(const uint8_t* p, size_t n);
 size_t fletcher32_check(const uint8_t* p, size_t n);
 
 }  // namespace codec
-}  // namespace h5d
+}  // namespace h5d::filters

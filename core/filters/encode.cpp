@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 
-namespace h5d {
+namespace h5d::filters {
 namespace {
 
 void put_be32(uint8_t* p, uint32_t v) {
@@ -125,19 +125,19 @@ std::vector<FilterInfo> write_pipeline(const std::string& c, int level, bool shu
   std::vector<FilterInfo> p;
   if (c.empty() || c == "none") return p;
   if (c == "gzip" || c == "deflate") {
-    if (shuffle && elem_size > 1) p.push_back(make(2, "shuffle", {unsigned(elem_size)}));
-    p.push_back(make(1, "deflate", {unsigned(level < 0 ? 4 : std::min(level, 9))}));
+    if (shuffle && elem_size > 1) p.push_back(make(kShuffle, "shuffle", {unsigned(elem_size)}));
+    p.push_back(make(kDeflate, "deflate", {unsigned(level < 0 ? 4 : std::min(level, 9))}));
   } else if (c == "blosc") {
     // cd: filter revision, blosc version, typesize, chunk bytes, clevel, shuffle, compressor
-    p.push_back(make(32001, "blosc",
+    p.push_back(make(kBlosc, "blosc",
                      {2, 2, unsigned(elem_size), unsigned(chunk_bytes),
                       unsigned(level < 0 ? 5 : std::min(level, 9)), shuffle ? 1u : 0u, 1 /*lz4*/}));
   } else if (c == "lz4") {
-    if (shuffle && elem_size > 1) p.push_back(make(2, "shuffle", {unsigned(elem_size)}));
-    p.push_back(make(32004, "lz4", {0}));
+    if (shuffle && elem_size > 1) p.push_back(make(kShuffle, "shuffle", {unsigned(elem_size)}));
+    p.push_back(make(kLz4, "lz4", {0}));
   } else if (c == "zstd") {
-    if (shuffle && elem_size > 1) p.push_back(make(2, "shuffle", {unsigned(elem_size)}));
-    p.push_back(make(32015, "zstd", {unsigned(level < 0 ? 3 : level)}));
+    if (shuffle && elem_size > 1) p.push_back(make(kShuffle, "shuffle", {unsigned(elem_size)}));
+    p.push_back(make(kZstd, "zstd", {unsigned(level < 0 ? 3 : level)}));
   } else {
     fail(EINVAL, "unknown compression '" + c + "' (use gzip, blosc, lz4, zstd or none)");
   }
@@ -150,18 +150,18 @@ EncodedBytes encode_pipeline(const std::vector<FilterInfo>& pipeline, size_t ele
   for (const FilterInfo& f : pipeline) {
     auto cdv = [&](size_t k, unsigned def) { return f.cd_values.size() > k ? f.cd_values[k] : def; };
     switch (f.id) {
-      case 1: cur = encode_deflate(cur.data(), cur.size(), cdv(0, 4)); break;
-      case 2: cur = encode_shuffle(cur.data(), cur.size(), cdv(0, unsigned(elem_size))); break;
-      case 32001:
+      case kDeflate: cur = encode_deflate(cur.data(), cur.size(), cdv(0, 4)); break;
+      case kShuffle: cur = encode_shuffle(cur.data(), cur.size(), cdv(0, unsigned(elem_size))); break;
+      case kBlosc:
         cur = encode_blosc(cur.data(), cur.size(), cdv(2, unsigned(elem_size)), cdv(4, 5),
                            cdv(5, 1), cdv(6, 0));
         break;
-      case 32004: cur = encode_lz4(cur.data(), cur.size(), cdv(0, 0)); break;
-      case 32015: cur = encode_zstd(cur.data(), cur.size(), int(cdv(0, 3))); break;
+      case kLz4: cur = encode_lz4(cur.data(), cur.size(), cdv(0, 0)); break;
+      case kZstd: cur = encode_zstd(cur.data(), cur.size(), int(cdv(0, 3))); break;
       default: fail(EINVAL, "no encoder for filter " + filter_name(f.id));
     }
   }
   return cur;
 }
 
-}  // namespace h5d
+}  // namespace h5d::filters

@@ -8,23 +8,23 @@
 #include "core/error.h"
 #include "core/filters/codecs.h"
 
-namespace h5d {
+namespace h5d::filters {
 
 std::string filter_name(int id) {
   switch (id) {
-    case codec::kDeflate: return "deflate";
-    case codec::kShuffle: return "shuffle";
-    case codec::kFletcher32: return "fletcher32";
-    case codec::kSzip: return "szip";
-    case codec::kNbit: return "nbit";
-    case codec::kScaleOffset: return "scaleoffset";
+    case kDeflate: return "deflate";
+    case kShuffle: return "shuffle";
+    case kFletcher32: return "fletcher32";
+    case kSzip: return "szip";
+    case kNbit: return "nbit";
+    case kScaleOffset: return "scaleoffset";
     case 307: return "bzip2";
-    case codec::kLzf: return "lzf";
-    case codec::kBlosc: return "blosc";
-    case codec::kLz4: return "lz4";
-    case codec::kBitshuffle: return "bitshuffle";
+    case kLzf: return "lzf";
+    case kBlosc: return "blosc";
+    case kLz4: return "lz4";
+    case kBitshuffle: return "bitshuffle";
     case 32013: return "zfp";
-    case codec::kZstd: return "zstd";
+    case kZstd: return "zstd";
     case 32017: return "sz";
     case 32026: return "blosc2";
     default: return "filter-" + std::to_string(id);
@@ -35,14 +35,14 @@ namespace {
 
 bool supported_id(int id) {
   switch (id) {
-    case codec::kDeflate:
-    case codec::kShuffle:
-    case codec::kFletcher32:
-    case codec::kLzf:
-    case codec::kBlosc:
-    case codec::kLz4:
-    case codec::kBitshuffle:
-    case codec::kZstd: return true;
+    case kDeflate:
+    case kShuffle:
+    case kFletcher32:
+    case kLzf:
+    case kBlosc:
+    case kLz4:
+    case kBitshuffle:
+    case kZstd: return true;
     default: return false;
   }
 }
@@ -58,13 +58,13 @@ bool bitshuffle_compressed(const FilterInfo& f) {
 
 // Filters whose output size equals their input size (so sizes further down stay known).
 bool size_preserving(const FilterInfo& f) {
-  return f.id == codec::kShuffle || (f.id == codec::kBitshuffle && !bitshuffle_compressed(f));
+  return f.id == kShuffle || (f.id == kBitshuffle && !bitshuffle_compressed(f));
 }
 
 // Stage that needs its own output buffer (fletcher32 and 1-byte shuffles work in place).
 bool is_stage(const FilterInfo& f, size_t elem_size) {
-  if (f.id == codec::kFletcher32) return false;
-  if (f.id == codec::kShuffle && shuffle_size(f, elem_size) <= 1) return false;
+  if (f.id == kFletcher32) return false;
+  if (f.id == kShuffle && shuffle_size(f, elem_size) <= 1) return false;
   return true;
 }
 
@@ -116,7 +116,7 @@ void decode_chunk(const std::vector<FilterInfo>& pipeline, uint32_t filter_mask,
       fail(ENOTSUP, filter_name(f.id) + " (id " + std::to_string(f.id) + ") has no direct decoder");
     if (is_stage(f, elem_size)) ++stages;
     if (sz == codec::kUnknown || size_preserving(f)) continue;
-    sz = f.id == codec::kFletcher32 ? sz + 4 : codec::kUnknown;
+    sz = f.id == kFletcher32 ? sz + 4 : codec::kUnknown;
   }
   // Upper bound for outputs whose size cannot be known in advance (compressor stacked on a
   // compressor): compressed data never grows by more than a small fraction.
@@ -132,7 +132,7 @@ void decode_chunk(const std::vector<FilterInfo>& pipeline, uint32_t filter_mask,
   for (size_t i = nf; i-- > 0;) {
     if (filter_mask & (1u << i)) continue;
     const FilterInfo& f = pipeline[i];
-    if (f.id == codec::kFletcher32) {
+    if (f.id == kFletcher32) {
       len = codec::fletcher32_check(cur, len);
       if (expected[i] != codec::kUnknown && len != expected[i])
         fail_data("fletcher32: chunk holds " + std::to_string(len) + " bytes, expected " +
@@ -145,8 +145,8 @@ void decode_chunk(const std::vector<FilterInfo>& pipeline, uint32_t filter_mask,
     const size_t exp = expected[i];
     size_t produced = 0;
     switch (f.id) {
-      case codec::kDeflate: produced = codec::inflate_zlib(cur, len, sink, exp, cap); break;
-      case codec::kShuffle: {
+      case kDeflate: produced = codec::inflate_zlib(cur, len, sink, exp, cap); break;
+      case kShuffle: {
         if (exp != codec::kUnknown && len != exp)
           fail_data("shuffle: chunk of " + std::to_string(len) + " bytes, expected " +
                     std::to_string(exp));
@@ -156,11 +156,11 @@ void decode_chunk(const std::vector<FilterInfo>& pipeline, uint32_t filter_mask,
         produced = len;
         break;
       }
-      case codec::kLzf: produced = codec::lzf_decode(cur, len, sink, exp, cap); break;
-      case codec::kBlosc: produced = codec::blosc_decode(cur, len, sink, exp, cap); break;
-      case codec::kLz4: produced = codec::lz4_decode(cur, len, sink, exp, cap); break;
-      case codec::kZstd: produced = codec::zstd_decode(cur, len, sink, exp, cap); break;
-      case codec::kBitshuffle:
+      case kLzf: produced = codec::lzf_decode(cur, len, sink, exp, cap); break;
+      case kBlosc: produced = codec::blosc_decode(cur, len, sink, exp, cap); break;
+      case kLz4: produced = codec::lz4_decode(cur, len, sink, exp, cap); break;
+      case kZstd: produced = codec::zstd_decode(cur, len, sink, exp, cap); break;
+      case kBitshuffle:
         produced = codec::bitshuffle_decode(cur, len, sink, exp, cap, f.cd_values, elem_size);
         break;
       default: fail(ENOTSUP, filter_name(f.id) + " has no direct decoder");
@@ -191,4 +191,4 @@ void decode_chunk(const std::vector<FilterInfo>& pipeline, uint32_t filter_mask,
   }
 }
 
-}  // namespace h5d
+}  // namespace h5d::filters

@@ -8,7 +8,24 @@
 #include <string>
 #include <vector>
 
-namespace h5d {
+namespace h5d::filters {
+
+// Filter ids, the one place they are spelled: 1-6 are HDF5's own (H5Zpublic.h), the others as
+// registered with the HDF Group (its list of registered filter plugins). Everything in h5direct
+// that names a filter says filters::kLzf etc.
+enum FilterId : int {
+  kDeflate = 1,
+  kShuffle = 2,
+  kFletcher32 = 3,
+  kSzip = 4,
+  kNbit = 5,
+  kScaleOffset = 6,
+  kLzf = 32000,
+  kBlosc = 32001,
+  kLz4 = 32004,
+  kBitshuffle = 32008,
+  kZstd = 32015,
+};
 
 struct FilterInfo {
   int id = 0;
@@ -33,4 +50,10 @@ bool pipeline_supported(const std::vector<FilterInfo>& pipeline, std::string* wh
 void decode_chunk(const std::vector<FilterInfo>& pipeline, uint32_t filter_mask, size_t elem_size,
                   std::vector<uint8_t>& in, size_t out_size, std::vector<uint8_t>& out);
 
+}  // namespace h5d::filters
+
+namespace h5d {
+// A dataset's pipeline as stored is also metadata of the dataset (DatasetInfo::filters in
+// h5lib/h5file.h, the helper protocol, the writer's specs): that one type is named in h5d too.
+using filters::FilterInfo;
 }  // namespace h5d

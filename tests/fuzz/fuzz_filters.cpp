@@ -57,7 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint32_t mask = (sel >> 4) == 15 ? 1u : 0u;  // occasionally skip the first filter
   std::vector<uint8_t> in(data + 3, data + size), out;
   try {
-    h5d::decode_chunk(p, mask, es, in, out_size, out);
+    h5d::filters::decode_chunk(p, mask, es, in, out_size, out);
     if (out.size() != out_size) abort();
   } catch (const h5d::Error&) {
   }

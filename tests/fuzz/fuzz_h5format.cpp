@@ -15,7 +15,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/h5format/chunk_index.h"
+#include "core/fmt/chunk_index.h"
 
 using namespace h5d;
 using namespace h5d::fmt;

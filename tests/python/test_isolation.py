@@ -1,4 +1,4 @@
-"""No input file can take the mount down: libhdf5 runs in helper processes (core/h5helper.h).
+"""No input file can take the mount down: libhdf5 runs in helper processes (core/h5lib/h5helper.h).
 
 Files that crash libhdf5 1.10.8 (HDF5's own test files from ../shared/corpus, linked into a
 temporary source directory, never copied) and helpers made to hang, abort, crash or answer

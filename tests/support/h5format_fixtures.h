@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "core/h5format/byte_source.h"
-#include "core/h5format/chunk_index.h"
+#include "core/fmt/byte_source.h"
+#include "core/fmt/chunk_index.h"
 
 namespace h5d::testing {
 

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/buffer_pool.h"
+#include "core/engine/buffer_pool.h"
 
 using h5d::BufferPool;
 

@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/chunk_cache.h"
+#include "core/engine/chunk_cache.h"
 
 using h5d::ChunkBytes;
 using h5d::ChunkCache;

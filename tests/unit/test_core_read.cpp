@@ -8,9 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
-#include "core/h5file.h"
+#include "core/h5lib/h5file.h"
 #include "tests/support/h5fixture.h"
 
 using namespace h5d;

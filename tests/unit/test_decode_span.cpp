@@ -4,9 +4,9 @@
 // concatenation, a VDS over files and stacked detector modules (both layouts).
 #include <catch2/catch.hpp>
 
-#include "core/engine.h"
-#include "core/h5file.h"
-#include "core/stack_array.h"
+#include "core/engine/engine.h"
+#include "core/h5lib/h5file.h"
+#include "core/array/stack_array.h"
 #include "tests/support/h5fixture.h"
 
 using namespace h5d;

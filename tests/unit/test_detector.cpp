@@ -1,4 +1,4 @@
-// Detector views: StackArray (core/stack_array.h) against arrays built element by element in the
+// Detector views: StackArray (core/array/stack_array.h) against arrays built element by element in the
 // test, and the detector model (core/euxfel/detector.h) against runs written by
 // tests/python/detector_mock.py, whose expected arrays re-implement EXtra-data's components.py
 // rules in numpy from the generator's inputs.
@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/euxfel/detector.h"
 #include "core/euxfel/run.h"
-#include "core/stack_array.h"
+#include "core/array/stack_array.h"
 
 using namespace h5d;
 

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/euxfel/run.h"
-#include "core/h5file.h"
+#include "core/h5lib/h5file.h"
 
 using h5d::euxfel::Run;
 using h5d::euxfel::RunOptions;

@@ -33,7 +33,7 @@ Bytes make_data(size_t n, uint32_t seed, double random_frac = 0.1) {
 Bytes decode(const std::vector<FilterInfo>& p, uint32_t mask, size_t es, Bytes in,
              size_t out_size) {
   Bytes out;
-  h5d::decode_chunk(p, mask, es, in, out_size, out);
+  h5d::filters::decode_chunk(p, mask, es, in, out_size, out);
   return out;
 }
 
@@ -46,35 +46,35 @@ Bytes roundtrip(const std::vector<FilterInfo>& p, size_t es, const Bytes& data,
 }  // namespace
 
 TEST_CASE("filter names and pipeline support", "[filters]") {
-  CHECK(h5d::filter_name(1) == "deflate");
-  CHECK(h5d::filter_name(2) == "shuffle");
-  CHECK(h5d::filter_name(3) == "fletcher32");
-  CHECK(h5d::filter_name(32000) == "lzf");
-  CHECK(h5d::filter_name(32001) == "blosc");
-  CHECK(h5d::filter_name(32004) == "lz4");
-  CHECK(h5d::filter_name(32008) == "bitshuffle");
-  CHECK(h5d::filter_name(32015) == "zstd");
-  CHECK(h5d::filter_name(4) == "szip");
-  CHECK(h5d::filter_name(12345) == "filter-12345");
+  CHECK(h5d::filters::filter_name(1) == "deflate");
+  CHECK(h5d::filters::filter_name(2) == "shuffle");
+  CHECK(h5d::filters::filter_name(3) == "fletcher32");
+  CHECK(h5d::filters::filter_name(32000) == "lzf");
+  CHECK(h5d::filters::filter_name(32001) == "blosc");
+  CHECK(h5d::filters::filter_name(32004) == "lz4");
+  CHECK(h5d::filters::filter_name(32008) == "bitshuffle");
+  CHECK(h5d::filters::filter_name(32015) == "zstd");
+  CHECK(h5d::filters::filter_name(4) == "szip");
+  CHECK(h5d::filters::filter_name(12345) == "filter-12345");
   std::string why = "x";
   for (int id : {1, 2, 3, 32000, 32001, 32004, 32008, 32015}) {
     FilterInfo f;
     f.id = id;
-    CHECK(h5d::pipeline_supported({f}, &why));
+    CHECK(h5d::filters::pipeline_supported({f}, &why));
     CHECK(why.empty());
   }
-  CHECK(h5d::pipeline_supported({}, &why));
+  CHECK(h5d::filters::pipeline_supported({}, &why));
   for (int id : {4, 5, 6, 307, 99999}) {
     FilterInfo a, b;
     a.id = 2;
     b.id = id;
-    CHECK_FALSE(h5d::pipeline_supported({a, b}, &why));
-    CHECK(why.find(h5d::filter_name(id)) != std::string::npos);
+    CHECK_FALSE(h5d::filters::pipeline_supported({a, b}, &why));
+    CHECK(why.find(h5d::filters::filter_name(id)) != std::string::npos);
     CHECK(why.find(std::to_string(id)) != std::string::npos);
   }
   FilterInfo sz;
   sz.id = 4;
-  CHECK_FALSE(h5d::pipeline_supported({sz}, nullptr));
+  CHECK_FALSE(h5d::filters::pipeline_supported({sz}, nullptr));
 }
 
 TEST_CASE("unshuffle matches the plain shuffle definition", "[filters]") {
@@ -86,7 +86,7 @@ TEST_CASE("unshuffle matches the plain shuffle definition", "[filters]") {
       for (auto& x : d) x = uint8_t(rng());
       Bytes s = encode_shuffle(d.data(), n, es);
       Bytes o(n);
-      h5d::codec::unshuffle(s.data(), o.data(), n, es);
+      h5d::filters::codec::unshuffle(s.data(), o.data(), n, es);
       INFO("es=" << es << " n=" << n);
       REQUIRE(o == d);
       REQUIRE(roundtrip({shuffle_filter(es)}, es, d) == d);
@@ -110,11 +110,11 @@ TEST_CASE("fletcher32 matches the reference definition", "[filters]") {
     for (auto& x : d) x = uint8_t(rng());
     if (n > 100) std::fill(d.begin() + 10, d.begin() + 60, 0xff);  // carries
     INFO("n=" << n);
-    REQUIRE(h5d::codec::fletcher32(d.data(), n) == fletcher32_simple(d.data(), n));
+    REQUIRE(h5d::filters::codec::fletcher32(d.data(), n) == fletcher32_simple(d.data(), n));
   }
   // All-0xff data exercises the end-around carry at every 360-word fold.
   Bytes ff(4000, 0xff);
-  REQUIRE(h5d::codec::fletcher32(ff.data(), ff.size()) == fletcher32_simple(ff.data(), ff.size()));
+  REQUIRE(h5d::filters::codec::fletcher32(ff.data(), ff.size()) == fletcher32_simple(ff.data(), ff.size()));
 
   Bytes d = make_data(1001, 3);
   Bytes enc = encode_fletcher32(d.data(), d.size());
@@ -145,7 +145,7 @@ TEST_CASE("bitshuffle known-answer vectors", "[filters]") {
   bitshuffle_block_simple(raw.data(), simple.data(), 8, 2);
   REQUIRE(simple == want);
   Bytes o(16);
-  h5d::codec::bitunshuffle_block(want.data(), o.data(), 8, 2);
+  h5d::filters::codec::bitunshuffle_block(want.data(), o.data(), 8, 2);
   REQUIRE(o == raw);
   // Without compression the filter output is just the transposed block (default block size
   // 4096 elements > 8: one partial block of 8).
@@ -181,7 +181,7 @@ TEST_CASE("bitunshuffle_block matches the bit-by-bit transpose", "[filters]") {
       for (auto& x : d) x = uint8_t(rng());
       Bytes t(d.size()), o(d.size());
       bitshuffle_block_simple(d.data(), t.data(), m, es);
-      h5d::codec::bitunshuffle_block(t.data(), o.data(), m, es);
+      h5d::filters::codec::bitunshuffle_block(t.data(), o.data(), m, es);
       INFO("es=" << es << " m=" << m);
       REQUIRE(o == d);
     }
@@ -290,13 +290,13 @@ TEST_CASE("decode_chunk reuses buffers and rejects wrong sizes", "[filters]") {
   Bytes in, out;
   for (int i = 0; i < 3; ++i) {
     in = enc;
-    h5d::decode_chunk(p, 0, 2, in, d.size(), out);
+    h5d::filters::decode_chunk(p, 0, 2, in, d.size(), out);
     REQUIRE(out == d);
   }
   in = enc;
-  REQUIRE_THROWS_AS(h5d::decode_chunk(p, 0, 2, in, d.size() - 2, out), h5d::Error);
+  REQUIRE_THROWS_AS(h5d::filters::decode_chunk(p, 0, 2, in, d.size() - 2, out), h5d::Error);
   in = enc;
-  REQUIRE_THROWS_AS(h5d::decode_chunk(p, 0, 2, in, d.size() + 2, out), h5d::Error);
+  REQUIRE_THROWS_AS(h5d::filters::decode_chunk(p, 0, 2, in, d.size() + 2, out), h5d::Error);
   for (auto f : {lz4_filter(), zstd_filter(), blosc_filter(2, 0), bitshuffle_filter(2)}) {
     Bytes e = encode_chunk({f}, 2, d);
     INFO("filter " << f.id);
@@ -333,7 +333,7 @@ void corrupt_all(const std::vector<FilterInfo>& p, size_t es, const Bytes& orig,
     Bytes out;
     Bytes in = bad;
     try {
-      h5d::decode_chunk(p, mask, es, in, orig.size(), out);
+      h5d::filters::decode_chunk(p, mask, es, in, orig.size(), out);
     } catch (const h5d::Error& e) {
       ++thrown;
       REQUIRE(e.code() == EIO);

@@ -109,7 +109,7 @@ Stats verify_chunks(hid_t dset, hid_t type) {
   H5Pclose(dcpl);
   const auto pipeline = read_pipeline(dset);
   std::string why;
-  REQUIRE(h5d::pipeline_supported(pipeline, &why));
+  REQUIRE(h5d::filters::pipeline_supported(pipeline, &why));
 
   size_t chunk_bytes = es;
   std::vector<hsize_t> nchunks(R);
@@ -135,7 +135,7 @@ Stats verify_chunks(hid_t dset, hid_t type) {
     uint32_t mask = 0;
     REQUIRE(H5Dread_chunk(dset, H5P_DEFAULT, off.data(), &mask, in.data()) >= 0);
     if (mask) ++st.masked;
-    h5d::decode_chunk(pipeline, mask, es, in, chunk_bytes, out);
+    h5d::filters::decode_chunk(pipeline, mask, es, in, chunk_bytes, out);
     REQUIRE(out.size() == chunk_bytes);
     // The reference: the decoded chunk with its in-bounds part overwritten by H5Dread.
     ref = out;

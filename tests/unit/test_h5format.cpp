@@ -1,4 +1,4 @@
-// core/h5format: layout message and chunk index parsers, checked against libhdf5 as the oracle
+// core/fmt: layout message and chunk index parsers, checked against libhdf5 as the oracle
 // (H5Dget_chunk_info / H5Dget_chunk_storage_size / H5Pget_chunk) on fixtures written with the
 // C API for every index type, plus ChunkMap unit tests and hand-built object headers.
 #include <catch2/catch.hpp>
@@ -10,8 +10,9 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/h5format/chunk_index.h"
-#include "core/h5format/decode.h"
+#include "core/fmt/chunk_index.h"
+#include "core/fmt/checksum.h"
+#include "core/fmt/cursor.h"
 #include "tests/support/h5format_fixtures.h"
 
 using namespace h5d;

@@ -1,4 +1,4 @@
-// The helper processes (core/h5helper.h) against the built h5direct-helper: an engine with
+// The helper processes (core/h5lib/h5helper.h) against the built h5direct-helper: an engine with
 // helpers answers like one without (the same code runs in the helper), and a helper killed from
 // outside while idle is restarted without marking anything bad.
 #include <catch2/catch.hpp>
@@ -14,9 +14,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
-#include "core/h5file.h"
+#include "core/h5lib/h5file.h"
 #include "tests/support/h5fixture.h"
 
 using namespace h5d;

@@ -1,4 +1,4 @@
-// The daemon <-> HDF5 helper messages (core/h5proto.h): what goes in comes out, and what a
+// The daemon <-> HDF5 helper messages (core/h5lib/h5proto.h): what goes in comes out, and what a
 // broken helper could send (truncated, oversized, deeply nested, inconsistent) is refused with
 // Error(EIO) instead of being trusted.
 #include <catch2/catch.hpp>
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "core/h5proto.h"
+#include "core/h5lib/h5proto.h"
 
 using namespace h5d;
 

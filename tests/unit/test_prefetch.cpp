@@ -5,8 +5,8 @@
 #include <chrono>
 #include <thread>
 
-#include "core/engine.h"
-#include "core/h5file.h"
+#include "core/engine/engine.h"
+#include "core/h5lib/h5file.h"
 #include "tests/support/h5fixture.h"
 
 using namespace h5d;

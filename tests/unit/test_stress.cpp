@@ -16,11 +16,11 @@
 
 #include <unistd.h>
 
-#include "core/chunk_cache.h"
-#include "core/engine.h"
+#include "core/engine/chunk_cache.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
-#include "core/fd_cache.h"
-#include "core/h5file.h"
+#include "core/engine/fd_cache.h"
+#include "core/h5lib/h5file.h"
 #include "tests/support/h5fixture.h"
 
 using namespace h5d;

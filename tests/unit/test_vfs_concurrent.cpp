@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "tests/support/h5fixture.h"
 #include "vfs/vfs.h"

@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "vfs/npy.h"
 #include "vfs/read_policy.h"

@@ -25,10 +25,10 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
-#include "core/h5lib.h"
-#include "core/region.h"
+#include "core/h5lib/h5lib.h"
+#include "core/array/region.h"
 #include "core/writer.h"
 #include "tests/support/h5fixture.h"
 

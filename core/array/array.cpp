@@ -1,0 +1,141 @@
+#include "core/array/array.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace h5d {
+
+MemoryArray::MemoryArray(Shape shape, DType dtype, std::vector<uint8_t> bytes, std::string what)
+    : shape_(std::move(shape)), dtype_(std::move(dtype)), bytes_(std::move(bytes)), what_(std::move(what)) {
+  if (bytes_.size() != product(shape_) * dtype_.itemsize)
+    fail(EINVAL, what_ + ": memory array size does not match its shape");
+}
+
+void MemoryArray::plan(const Region& r, const DestView& dst, ReadPlan& plan) const {
+  if (r.empty()) return;
+  auto src_strides = c_strides(shape_, dtype_.itemsize);
+  const uint8_t* src = bytes_.data();
+  // C-order strides of a shape: never negative.
+  for (size_t k = 0; k < r.start.size(); ++k) src += r.start[k] * static_cast<uint64_t>(src_strides[k]);
+  Region region = r;
+  DestView d = dst;
+  const size_t itemsize = dtype_.itemsize;
+  plan.add([region, d, src, src_strides, itemsize] {
+    copy_region(region.count, itemsize, src, src_strides, d.base, d.strides);
+  });
+}
+
+ByteSpan shifted_span(const Array& part, uint64_t part_lo, uint64_t run_lo, uint64_t run_hi, uint64_t off) {
+  const ByteSpan p = part.decode_span(part_lo + (off - run_lo));
+  if (p.empty()) return {};
+  const uint64_t lo = p.lo >= part_lo ? run_lo + (p.lo - part_lo) : run_lo;
+  const uint64_t hi = run_lo + (p.hi - std::min(p.hi, part_lo));
+  return {std::max(lo, run_lo), std::min(hi, run_hi)};
+}
+
+ConcatArray::ConcatArray(std::vector<Part> parts, Shape trailing, DType dtype, std::string what)
+    : trailing_(std::move(trailing)), dtype_(std::move(dtype)), what_(std::move(what)) {
+  uint64_t rows = 0;
+  for (Part& p : parts) {
+    if (p.rows == 0) continue;
+    offsets_.push_back(rows);
+    rows += p.rows;
+    parts_.push_back(std::move(p));
+  }
+  arrays_.resize(parts_.size());
+  shape_.push_back(rows);
+  shape_.insert(shape_.end(), trailing_.begin(), trailing_.end());
+}
+
+ArrayPtr ConcatArray::part_array(size_t i) const {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (arrays_[i]) return arrays_[i];
+  }
+  const Part& p = parts_[i];
+  ArrayPtr a;
+  try {
+    a = p.open();
+  } catch (...) {
+    rethrow_with_context(what_ + ": " + p.what);
+  }
+  if (!a) fail_data(what_ + ": " + p.what + ": no array");
+  const Shape& s = a->shape();
+  if (s.empty() || !same_dtype(a->dtype(), dtype_) || !std::equal(s.begin() + 1, s.end(), trailing_.begin(), trailing_.end()))
+    fail_data(what_ + ": " + p.what + " has a different dtype or entry shape than the first part");
+  if (p.begin + p.rows > s[0])
+    fail_data(what_ + ": " + p.what + ": rows [" + std::to_string(p.begin) + ", " +
+              std::to_string(p.begin + p.rows) + ") named but the dataset has " + std::to_string(s[0]));
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!arrays_[i]) arrays_[i] = a;
+  return arrays_[i];
+}
+
+template <class Fn>
+void ConcatArray::for_each_part(const Region& r, Fn&& fn) const {
+  for_each_row_block(
+      offsets_, [&](size_t i) { return parts_[i].rows; }, [&](size_t i) { return parts_[i].begin; }, r,
+      [&](size_t i, const Region& sub, uint64_t out_row) { fn(part_array(i), sub, out_row); });
+}
+
+void ConcatArray::plan(const Region& r, const DestView& dst, ReadPlan& plan) const {
+  if (r.empty()) return;
+  for_each_part(r, [&](const ArrayPtr& a, const Region& sub, uint64_t out_row) {
+    DestView d = dst;
+    d.base += static_cast<int64_t>(out_row) * dst.strides[0];
+    a->plan(sub, d, plan);
+  });
+}
+
+void ConcatArray::plan_prefetch(const Region& r, ReadPlan& plan) const {
+  if (r.empty()) return;
+  for_each_part(r, [&](const ArrayPtr& a, const Region& sub, uint64_t) { a->plan_prefetch(sub, plan); });
+}
+
+ByteSpan ConcatArray::decode_span(uint64_t off) const {
+  const uint64_t row_bytes = product(trailing_) * dtype_.itemsize;
+  if (row_bytes == 0 || off >= nbytes()) return {};
+  const uint64_t row = off / row_bytes;
+  const size_t i = size_t(std::upper_bound(offsets_.begin(), offsets_.end(), row) - offsets_.begin()) - 1;
+  return shifted_span(*part_array(i), parts_[i].begin * row_bytes, offsets_[i] * row_bytes,
+                      (offsets_[i] + parts_[i].rows) * row_bytes, off);
+}
+
+bool ConcatArray::decodes() const { return !parts_.empty() && part_array(0)->decodes(); }
+
+bool ConcatArray::decoded(const Region& r) const {
+  bool all = !r.empty();
+  for_each_part(r, [&](const ArrayPtr& a, const Region& sub, uint64_t) { all = all && a->decoded(sub); });
+  return all;
+}
+
+bool ConcatArray::file_runs(uint64_t off, uint64_t len, std::vector<FileRun>& out) const {
+  const uint64_t row_bytes = product(trailing_) * dtype_.itemsize;
+  if (row_bytes == 0 || off >= nbytes() || len > nbytes() - off) return false;
+  const size_t mark = out.size();
+  for (uint64_t pos = off, end = off + len; pos < end;) {
+    const uint64_t row = pos / row_bytes;
+    const size_t i = size_t(std::upper_bound(offsets_.begin(), offsets_.end(), row) - offsets_.begin()) - 1;
+    const uint64_t part_end = (offsets_[i] + parts_[i].rows) * row_bytes;  // in this array's bytes
+    const uint64_t n = std::min(end, part_end) - pos;
+    const uint64_t part_off = parts_[i].begin * row_bytes + (pos - offsets_[i] * row_bytes);
+    if (!part_array(i)->file_runs(part_off, n, out)) {
+      out.resize(mark);
+      return false;
+    }
+    pos += n;
+  }
+  return true;
+}
+
+void append_run(std::vector<FileRun>& out, const std::shared_ptr<const OpenFd>& fd, uint64_t file_off, uint64_t n) {
+  if (n == 0) return;
+  if (!out.empty() && out.back().fd == fd && out.back().file_off + out.back().n == file_off) {
+    out.back().n += n;
+    return;
+  }
+  out.push_back({fd, file_off, n});
+}
+
+}  // namespace h5d

@@ -1,0 +1,362 @@
+// ChunkedArray: the chunk map read from the file itself (fmt/), each touched chunk read and
+// decoded on the pool through the decoded-chunk cache.
+#include "core/array/dataset.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "core/array/dataset_array.h"
+#include "core/engine/buffer_pool.h"
+#include "core/engine/chunk_cache.h"
+#include "core/engine/engine.h"
+#include "core/engine/fd_cache.h"
+#include "core/error.h"
+#include "core/h5lib/h5lib.h"
+#include "core/log.h"
+
+// In h5d::detail, beside the base class and file runs it is built from (dataset_array.h).
+namespace h5d::detail {
+namespace {
+
+std::string coords_str(const Shape& c) {
+  std::string s = "(";
+  for (size_t i = 0; i < c.size(); ++i) s += (i ? "," : "") + std::to_string(c[i]);
+  return s + ")";
+}
+
+class ChunkedArray final : public DatasetArray {
+ public:
+  ChunkedArray(Engine& e, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st)
+      : DatasetArray(e, std::move(info)), st_(st), array_id_(ChunkCache::new_array_id()) {
+    ds_rank_ = st.ds_rank;
+    chunk_ext_ = info_->chunks;  // chunk dims over the dataspace, then the folded array dims
+    for (size_t k = ds_rank_; k < info_->shape.size(); ++k) chunk_ext_.push_back(info_->shape[k]);
+    // Checked, never wrapped: one decoded chunk is allocated at this size.
+    unsigned __int128 cb = info_->dtype.itemsize;
+    for (auto c : chunk_ext_) cb = cb * c > kMaxChunkBytes ? kMaxChunkBytes + 1 : cb * c;
+    chunk_bytes_ = static_cast<uint64_t>(cb);
+    filtered_ = !info_->filters.empty();
+  }
+
+  void plan(const Region& r, const DestView& dst, ReadPlan& plan) const override {
+    if (r.empty()) return;
+    const ChunkContext& ctx = context();
+    // Unfiltered chunks become byte runs gathered across chunks, so neighbours in the file
+    // merge into large preads straight into the destination.
+    std::vector<Run> runs;
+    for_each_chunk(r, [&](const Shape& cc, uint64_t lin, const Region& sub) {
+      DestView d = dst;
+      for (size_t k = 0; k < sub.start.size(); ++k)
+        d.base += static_cast<int64_t>(sub.start[k] - r.start[k]) * dst.strides[k];
+      Region in_chunk = sub;
+      for (size_t k = 0; k < ds_rank_; ++k) in_chunk.start[k] -= cc[k] * chunk_ext_[k];
+      const fmt::ChunkLoc* loc = ctx.map.find(lin);
+      if (!loc) {
+        auto fill = info_->fill_value;
+        plan.add([in_chunk, d, fill] { fill_region(in_chunk.count, fill, d.base, d.strides); });
+        return;
+      }
+      check_in_file(st_.file_id, loc->addr, loc->size, what_ + ": chunk " + coords_str(cc));
+      check_chunk(ctx, cc, lin, *loc);
+      if (!needs_decode(cc, *loc)) {
+        collect_runs(loc->addr, chunk_ext_, dtype().itemsize, in_chunk, d, runs);
+        return;
+      }
+      fmt::ChunkLoc l = *loc;
+      const bool to_end = reaches_chunk_end(cc, in_chunk);
+      plan.add([this, cc, lin, l, in_chunk, d, to_end] {
+        ChunkBytes bytes = get_chunk(cc, lin, l);
+        copy_region(in_chunk.count, dtype().itemsize,
+                    bytes->data() + offset_in_chunk(in_chunk.start), c_strides(chunk_ext_, dtype().itemsize),
+                    d.base, d.strides);
+        if (to_end) engine_.cache().consumed(ChunkKey{array_id_, lin});
+      });
+    });
+    if (!runs.empty()) plan_runs(engine_, info_->file, st_.file_id, what_, runs, plan);
+    if (log::debug_enabled()) log::debug("read " + what_ + ": direct (chunked, " + info_->chunk_index + ")");
+  }
+
+  // Chunks as wide as the array's rows hold rows [i * c0, (i + 1) * c0) as one block of bytes:
+  // those stored unfiltered and sound (the checks of plan()) are runs of the file.
+  bool file_runs(uint64_t off, uint64_t len, std::vector<FileRun>& out) const override {
+    const Shape& s = shape();
+    if (s.empty() || ds_rank_ == 0 || off > nbytes() || len > nbytes() - off) return false;
+    for (size_t k = 1; k < s.size(); ++k)
+      if (chunk_ext_[k] != s[k]) return false;
+    const uint64_t cbytes = chunk_bytes_;
+    if (cbytes == 0 || cbytes > kMaxChunkBytes) return false;
+    const ChunkContext& ctx = context();
+    std::shared_ptr<const OpenFd> fd;
+    const size_t mark = out.size();
+    Shape cc(ds_rank_, 0);
+    for (uint64_t pos = off, end = off + len; pos < end;) {
+      cc[0] = pos / cbytes;
+      const uint64_t lin = ctx.map.linear(cc.data());
+      const fmt::ChunkLoc* loc = ctx.map.find(lin);
+      const uint64_t in = pos - cc[0] * cbytes, n = std::min(end - pos, cbytes - in);
+      const uint64_t size = static_cast<uint64_t>(st_.file_id.size);
+      if (!loc || needs_decode(cc, *loc) || !chunk_ok(ctx, cc, lin, *loc) || st_.file_id.ino == 0 ||
+          loc->addr > size || loc->size > size - loc->addr) {
+        out.resize(mark);
+        return false;
+      }
+      if (!fd) fd = engine_.fds().get(info_->file, &st_.file_id);
+      append_run(out, fd, loc->addr + in, n);
+      pos += n;
+    }
+    return true;
+  }
+
+  void plan_prefetch(const Region& r, ReadPlan& plan) const override {
+    if (r.empty()) return;
+    const ChunkContext& ctx = context();
+    std::vector<Run> runs;  // chunks stored as they are read: the kernel reads them ahead
+    for_each_chunk(r, [&](const Shape& cc, uint64_t lin, const Region& sub) {
+      const fmt::ChunkLoc* loc = ctx.map.find(lin);
+      if (!loc || !chunk_ok(ctx, cc, lin, *loc)) return;
+      if (!needs_decode(cc, *loc)) {
+        Region in_chunk = sub;
+        for (size_t k = 0; k < ds_rank_; ++k) in_chunk.start[k] -= cc[k] * chunk_ext_[k];
+        runs.push_back(file_span(loc->addr, chunk_ext_, dtype().itemsize, in_chunk));
+        return;
+      }
+      if (engine_.cache().contains(ChunkKey{array_id_, lin})) return;
+      fmt::ChunkLoc l = *loc;
+      plan.add([this, cc, lin, l] {
+        try {
+          get_chunk(cc, lin, l);
+          engine_.stats().chunks_prefetched.fetch_add(1, std::memory_order_relaxed);
+        } catch (const std::exception&) {
+          // The reader that asks for this chunk gets (and logs) the error.
+        }
+      });
+    });
+    plan_willneed(engine_, info_->file, st_.file_id, runs, plan);
+  }
+
+  // The chunk's run of C-order bytes around `off`: along the last axis the chunk does not span
+  // whole (the axes after it are whole in the chunk), the chunk's extent, the earlier axes fixed.
+  ByteSpan decode_span(uint64_t off) const override {
+    const Shape& sh = info_->shape;
+    const uint64_t isz = dtype().itemsize;
+    if (!filtered_ || ds_rank_ == 0 || isz == 0 || off >= nbytes()) return {};
+    size_t j = ds_rank_;  // the last partial axis; ds_rank_: every axis whole (one chunk)
+    for (size_t k = ds_rank_; k-- > 0;) {
+      if (chunk_ext_[k] < sh[k]) {
+        j = k;
+        break;
+      }
+    }
+    if (j == ds_rank_) return {0, nbytes()};
+    uint64_t inner = isz;  // bytes of one step along axis j
+    for (size_t k = j + 1; k < sh.size(); ++k) inner *= sh[k];
+    const uint64_t outer = inner * sh[j];  // bytes of one step along axis j - 1
+    const uint64_t base = off / outer * outer;
+    const uint64_t c = (off - base) / inner / chunk_ext_[j] * chunk_ext_[j];
+    const uint64_t n = std::min(chunk_ext_[j], sh[j] - c);
+    return {base + c * inner, base + (c + n) * inner};
+  }
+  bool decodes() const override { return filtered_ && ds_rank_ > 0 && nbytes() > 0; }
+
+  bool decoded(const Region& r) const override {
+    if (r.empty() || !filtered_) return false;
+    const ChunkContext& ctx = context();
+    bool all = true;
+    for_each_chunk(r, [&](const Shape& cc, uint64_t lin, const Region&) {
+      if (!all) return;
+      const fmt::ChunkLoc* loc = ctx.map.find(lin);
+      all = loc && needs_decode(cc, *loc) && engine_.cache().ready(ChunkKey{array_id_, lin});
+    });
+    return all;
+  }
+
+  // Exposed for tests and benchmarks: the chunk map (loads it on first use).
+  const fmt::ChunkMap& chunk_map() const { return context().map; }
+
+ private:
+  struct ChunkContext {
+    fmt::ChunkMap map;
+    fmt::LayoutInfo layout;
+  };
+
+  const ChunkContext& context() const {
+    std::lock_guard<std::mutex> lk(ctx_mu_);
+    if (!ctx_) {
+      auto ctx = std::make_unique<ChunkContext>();
+      try {
+        if (chunk_bytes_ > kMaxChunkBytes)
+          fail_data("chunks of more than " + std::to_string(kMaxChunkBytes) +
+                    " bytes (libhdf5 writes none of 4 GiB or more): a damaged chunk shape");
+        auto fd = engine_.fds().get(info_->file, &st_.file_id);
+        ctx->layout = fmt::read_layout(*fd, st_.geo, st_.ohdr_addr);
+        Shape dims(info_->shape.data(), info_->shape.data() + ds_rank_);
+        Shape maxdims(info_->maxshape.data(), info_->maxshape.data() + ds_rank_);
+        const uint64_t h5_elem_size = chunk_bytes_ / std::max<uint64_t>(1, product(info_->chunks));
+        // A truncated file keeps the records of its chunks past the cut: they fail alone, when
+        // read (check_in_file), and the chunks before the cut are served.
+        fmt::FileGeometry geo = st_.geo;
+        geo.stored_end = fmt::read_stored_end(*fd);
+        ctx->map = fmt::read_chunk_map(*fd, geo, ctx->layout, dims, maxdims, h5_elem_size, filtered_);
+        FdCache::verify(info_->file, st_.file_id);
+        if (ctx->map.beyond_extent)
+          log::warn(what_ + ": chunk index: " + std::to_string(ctx->map.beyond_extent) +
+                    " chunk record(s) beyond the current extent (inside the maximum one) ignored, as libhdf5 does");
+        if (ctx->map.damaged())
+          log::warn(what_ + ": chunk index: " + std::to_string(ctx->map.damaged()) +
+                    " chunk(s) overlap other chunks or index nodes: reading them is EIO");
+      } catch (...) {
+        rethrow_with_context(what_ + ": chunk index");
+      }
+      ctx_ = std::move(ctx);
+    }
+    return *ctx_;
+  }
+
+  template <class Fn>
+  void for_each_chunk(const Region& r, Fn&& fn) const {
+    const size_t rank = ds_rank_;
+    Shape c0(rank), c1(rank);
+    for (size_t k = 0; k < rank; ++k) {
+      c0[k] = r.start[k] / chunk_ext_[k];
+      c1[k] = (r.start[k] + r.count[k] - 1) / chunk_ext_[k];
+    }
+    const fmt::ChunkMap& map = context().map;
+    Shape cc = c0;
+    for (;;) {
+      Region chunk;
+      chunk.start.resize(r.start.size());
+      chunk.count.resize(r.start.size());
+      for (size_t k = 0; k < r.start.size(); ++k) {
+        if (k < rank) {
+          chunk.start[k] = cc[k] * chunk_ext_[k];
+          chunk.count[k] = chunk_ext_[k];
+        } else {
+          chunk.start[k] = 0;
+          chunk.count[k] = info_->shape[k];
+        }
+      }
+      Region sub;
+      if (intersect(chunk, r, sub)) fn(cc, rank ? map.linear(cc.data()) : 0, sub);
+      size_t k = rank;
+      bool done = true;
+      while (k > 0) {
+        --k;
+        if (++cc[k] <= c1[k]) {
+          done = false;
+          break;
+        }
+        cc[k] = c0[k];
+      }
+      if (done) return;
+    }
+  }
+
+  // Whether a read of `in_chunk` (coordinates within chunk `cc`) includes the chunk's last
+  // element inside the dataset: a reader going forward is done with the chunk.
+  bool reaches_chunk_end(const Shape& cc, const Region& in_chunk) const {
+    for (size_t k = 0; k < in_chunk.start.size(); ++k) {
+      const uint64_t valid = k < ds_rank_ ? std::min(chunk_ext_[k], info_->shape[k] - cc[k] * chunk_ext_[k])
+                                          : info_->shape[k];
+      if (in_chunk.start[k] + in_chunk.count[k] != valid) return false;
+    }
+    return true;
+  }
+
+  bool is_partial_edge(const Shape& cc) const {
+    for (size_t k = 0; k < ds_rank_; ++k)
+      if ((cc[k] + 1) * chunk_ext_[k] > info_->shape[k]) return true;
+    return false;
+  }
+
+  // Why chunk `lin` must not be read, or "": the index marked it damaged (it overlaps another
+  // chunk or an index node), or it is stored unfiltered (read as it lies in the file) in other
+  // than exactly the chunk's bytes: a short record would serve the file bytes after it, a
+  // longer one means the record is wrong.
+  std::string chunk_problem(const ChunkContext& ctx, const Shape& cc, uint64_t lin, const fmt::ChunkLoc& loc) const {
+    if (const std::string* why = ctx.map.damage(lin)) return *why;
+    if (!needs_decode(cc, loc) && loc.size != chunk_bytes_)
+      return "stored unfiltered (filter mask " + std::to_string(loc.filter_mask) + ") in " + std::to_string(loc.size) +
+             " bytes, but the chunk holds " + std::to_string(chunk_bytes_) + ": its index record is damaged";
+    return {};
+  }
+  bool chunk_ok(const ChunkContext& ctx, const Shape& cc, uint64_t lin, const fmt::ChunkLoc& loc) const {
+    return chunk_problem(ctx, cc, lin, loc).empty();
+  }
+  void check_chunk(const ChunkContext& ctx, const Shape& cc, uint64_t lin, const fmt::ChunkLoc& loc) const {
+    const std::string why = chunk_problem(ctx, cc, lin, loc);
+    if (!why.empty())
+      fail_data(what_ + ": chunk " + coords_str(cc) + " at file offset " + std::to_string(loc.addr) + ": " + why);
+  }
+
+  // Unfiltered chunks (no pipeline, every filter skipped, or an unfiltered partial edge chunk)
+  // are read straight from the file.
+  bool needs_decode(const Shape& cc, const fmt::ChunkLoc& loc) const {
+    if (!filtered_) return false;
+    const uint32_t all = info_->filters.size() >= 32 ? ~0u : ((1u << info_->filters.size()) - 1);
+    if ((loc.filter_mask & all) == all) return false;
+    if (context().layout.dont_filter_partial_edge_chunks && is_partial_edge(cc)) return false;
+    return true;
+  }
+
+  uint64_t offset_in_chunk(const Shape& start) const {
+    auto st = c_strides(chunk_ext_, dtype().itemsize);
+    uint64_t off = 0;
+    for (size_t k = 0; k < start.size(); ++k) off += start[k] * static_cast<uint64_t>(st[k]);
+    return off;
+  }
+
+  ChunkBytes get_chunk(const Shape& cc, uint64_t lin, const fmt::ChunkLoc& loc) const {
+    bool hit = false;
+    ChunkBytes b = engine_.cache().get_or_load(ChunkKey{array_id_, lin}, [&] { return decode(cc, loc); }, &hit);
+    (hit ? engine_.stats().cache_hits : engine_.stats().cache_misses).fetch_add(1, std::memory_order_relaxed);
+    return b;
+  }
+
+  ChunkBytes decode(const Shape& cc, const fmt::ChunkLoc& loc) const {
+    try {
+      if (loc.size > (uint64_t(1) << 34)) fail_data("stored chunk size " + std::to_string(loc.size) + " is implausible");
+      const auto t0 = std::chrono::steady_clock::now();
+      auto fd = engine_.fds().get(info_->file, &st_.file_id);
+      thread_local std::vector<uint8_t> in;
+      in.resize(loc.size);
+      pread_exact(fd->fd(), in.data(), loc.size, loc.addr, info_->file);
+      FdCache::verify(info_->file, st_.file_id);
+      engine_.stats().bytes_pread.fetch_add(loc.size, std::memory_order_relaxed);
+      auto out = engine_.buffers().get(chunk_bytes_);
+      decode_chunk(info_->filters, loc.filter_mask, info_->dtype.itemsize, in, chunk_bytes_, *out);
+      engine_.stats().chunks_decoded.fetch_add(1, std::memory_order_relaxed);
+      engine_.stats().decode_ns.fetch_add(
+          uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count()),
+          std::memory_order_relaxed);
+      if (in.capacity() > (64u << 20)) std::vector<uint8_t>().swap(in);
+      return out;
+    } catch (...) {
+      rethrow_with_context(what_ + ": chunk " + coords_str(cc) + " at file offset " + std::to_string(loc.addr) +
+                           " (" + std::to_string(loc.size) + " bytes)");
+    }
+  }
+
+  // HDF5 chunks are below 4 GiB (H5Pset_chunk; the v1 B-tree stores their size in 32 bits).
+  static constexpr uint64_t kMaxChunkBytes = (uint64_t(1) << 32) - 1;
+  StorageInfo st_;
+  uint64_t array_id_;
+  size_t ds_rank_ = 0;
+  Shape chunk_ext_;
+  uint64_t chunk_bytes_ = 0;
+  bool filtered_ = false;
+  // Lock level 4 (docs/architecture.md): after the HDF5 lock, before the fd cache. Guards ctx_ creation.
+  mutable std::mutex ctx_mu_;
+  mutable std::unique_ptr<ChunkContext> ctx_;
+};
+
+}  // namespace
+}  // namespace h5d::detail
+
+namespace h5d {
+
+ArrayPtr make_chunked_array(Engine& engine, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st) {
+  return std::make_shared<detail::ChunkedArray>(engine, std::move(info), st);
+}
+
+}  // namespace h5d

@@ -1,0 +1,67 @@
+// What the layouts of one dataset (contiguous_array.cpp, chunked_array.cpp) share: the base
+// class of their arrays, and file byte runs (cutting a region into runs contiguous in the file
+// and in the destination, reading them on the pool, read-ahead hints for them).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/array/array.h"
+#include "core/h5lib/h5file.h"
+
+namespace h5d {
+class Engine;
+}
+
+namespace h5d::detail {
+
+class DatasetArray : public Array {
+ public:
+  DatasetArray(Engine& engine, std::shared_ptr<const DatasetInfo> info)
+      : engine_(engine), info_(std::move(info)), what_(info_->file + ":" + info_->path) {}
+  const Shape& shape() const override { return info_->shape; }
+  const DType& dtype() const override { return info_->dtype; }
+  std::string describe() const override { return what_; }
+
+ protected:
+  Engine& engine_;
+  std::shared_ptr<const DatasetInfo> info_;
+  std::string what_;
+};
+
+// One contiguous byte run: `n` bytes at file offset `src` go to `dst`.
+struct Run {
+  uint64_t src;
+  uint8_t* dst;
+  uint64_t n;
+};
+
+// Bytes [addr, addr + n) of a file whose size was `id.size` when its metadata was read must lie
+// inside it. A truncated file (the helper opens those, h5truncated.cpp) has intact metadata
+// pointing past its cut: what lies there is EIO, named, and everything before it is served.
+void check_in_file(const FileIdentity& id, uint64_t addr, uint64_t n, const std::string& what);
+
+// Cuts region `r` of a C-order block of `shape` stored at file offset `addr` into runs that are
+// contiguous both in the file and in `dst`.
+void collect_runs(uint64_t addr, const Shape& shape, size_t itemsize, const Region& r, const DestView& dst,
+                  std::vector<Run>& runs);
+
+// Turns runs into pool tasks of about `split` bytes each (large runs are cut).
+// `id` is the file the runs were computed from: a file changed since fails with ESTALE, checked
+// before and after the preads.
+void plan_runs(Engine& engine, const std::string& path, const FileIdentity& id, const std::string& what,
+               std::vector<Run>& runs, ReadPlan& plan);
+
+// The decode-ahead of bytes stored as they are read (contiguous data, unfiltered chunks): ask the
+// kernel to read the file ranges of `runs` into its page cache now (posix_fadvise WILLNEED starts
+// the reads and returns), so that a stream over cold data finds them there. Neighbouring runs
+// are merged; one pool task for all of them.
+void plan_willneed(Engine& engine, const std::string& path, const FileIdentity& id, std::vector<Run>& runs,
+                   ReadPlan& plan);
+
+// The file bytes from the first to the last element of region `r` of a C-order block of `shape`
+// stored at `addr` (a read-ahead hint: for regions of whole rows exactly their bytes).
+Run file_span(uint64_t addr, const Shape& shape, size_t itemsize, const Region& r);
+
+}  // namespace h5d::detail

@@ -1,0 +1,128 @@
+// The engine: the shared machinery every array reads through (thread pool, descriptor cache,
+// decoded-chunk cache, counters) and the entry points that turn byte ranges into bytes.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "core/array/array.h"
+#include "core/h5lib/h5helper.h"
+#include "core/engine/threadpool.h"
+
+namespace h5d {
+
+class BufferPool;
+class FdCache;
+class ChunkCache;
+class H5File;
+
+struct EngineOptions {
+  unsigned threads = std::thread::hardware_concurrency();  // decode threads
+  uint64_t cache_bytes = 0;        // decoded-chunk cache budget; 0 = default (1/8 of RAM, <= 4 GiB)
+  unsigned max_open_files = 128;   // descriptors kept open (HDF5 handles are bounded alike)
+  uint64_t contiguous_split = 8ull << 20;  // large contiguous reads are split into jobs this size
+  bool vds_missing_fill = false;   // true: a missing VDS source reads as fill (libhdf5's way)
+  HelperOptions helper;            // libhdf5 in helper processes (path set) or in this one
+};
+
+// Counters shown in .h5direct/stats.json. Relaxed atomics: they are statistics, not state.
+struct Stats {
+  std::atomic<uint64_t> bytes_served{0};
+  std::atomic<uint64_t> reads{0};
+  std::atomic<uint64_t> chunks_decoded{0};
+  std::atomic<uint64_t> decode_ns{0};  // wall time reading + decoding chunks, summed over threads
+  std::atomic<uint64_t> chunks_prefetched{0};
+  std::atomic<uint64_t> prefetch_dropped{0};  // decode-ahead tasks whose bytes the reader had read first
+  std::atomic<uint64_t> cache_hits{0};
+  std::atomic<uint64_t> cache_misses{0};
+  std::atomic<uint64_t> bytes_pread{0};
+  std::atomic<uint64_t> bytes_pushed{0};  // pushed into the page cache by the FUSE adapter
+  std::atomic<uint64_t> bytes_spliced{0};  // replied from source files without a copy here
+  std::atomic<uint64_t> library_reads{0};
+  std::atomic<uint64_t> errors{0};
+
+  void note_fallback(const std::string& reason);
+  std::map<std::string, uint64_t> fallbacks() const;
+
+ private:
+  mutable std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards fallbacks_
+  std::map<std::string, uint64_t> fallbacks_;
+};
+
+// The data bytes [lo, hi) of an array that one read stream has read or had pushed (vfs's
+// SequentialPrefetcher keeps it up to date), shared with the decode-ahead the stream asked for.
+// A reader that outruns the pool decodes what it reads on its own thread; the decode-ahead
+// queued for those bytes would then decode them a second time once the decoded chunks have left
+// the cache's consumed list, for nobody (measured: 4,000 frames read through mmap decoded up to
+// 5,996 chunks). A piece of decode-ahead whose bytes the stream has covered is dropped instead.
+// Relaxed reads of two atomics: a stale answer only decodes a piece once more or leaves it to
+// the reader, never changes bytes.
+struct ReadCover {
+  std::atomic<uint64_t> lo{~0ull}, hi{0};
+  void set(uint64_t l, uint64_t h) {
+    lo.store(l, std::memory_order_relaxed);
+    hi.store(h, std::memory_order_relaxed);
+  }
+  bool covers(uint64_t l, uint64_t h) const {
+    return lo.load(std::memory_order_relaxed) <= l && h <= hi.load(std::memory_order_relaxed);
+  }
+};
+
+class Engine {
+ public:
+  explicit Engine(EngineOptions opts);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const EngineOptions& options() const { return opts_; }
+  ThreadPool& pool() { return *pool_; }
+  FdCache& fds() { return *fds_; }
+  ChunkCache& cache() { return *cache_; }
+  BufferPool& buffers() { return *buffers_; }  // for decoded chunks
+  Stats& stats() { return stats_; }
+  // The HDF5 helper processes every libhdf5 call goes to; nullptr: libhdf5 runs in this process
+  // (the helper itself, unit tests, library use).
+  HelperPool* helpers() { return helpers_.get(); }
+
+  // Opens an HDF5 file (or returns the one already open). Throws Error(ENOENT/EIO/...).
+  std::shared_ptr<H5File> open_file(const std::string& path);
+  // Drops what is known of `path` (its H5File: metadata, arrays, libhdf5 handle once unused);
+  // the next open_file reads it anew.
+  void forget_file(const std::string& path);
+
+  // Reads bytes [off, off+len) of the C-order bytes of `a` into `out`: every chunk, file and
+  // part touched is read and decoded concurrently. Errors carry file, dataset and chunk.
+  void read_bytes(const Array& a, uint64_t off, uint64_t len, uint8_t* out);
+  // Reads region `r` of `a` into a strided destination.
+  void read_region(const Array& a, const Region& r, const DestView& dst);
+  // Starts decoding the chunks under bytes [off, off+len) in the background (never blocks; does
+  // nothing when the pool is saturated). With `cover`, the range is planned in pieces of at
+  // least one decode unit and kPrefetchPiece bytes, and a piece whose bytes `cover` holds when
+  // its turn comes is dropped (stats: prefetch_dropped).
+  void prefetch_bytes(const Array& a, uint64_t off, uint64_t len,
+                      std::shared_ptr<const ReadCover> cover = nullptr);
+  // The size of a piece: small enough that a dropped piece is little decode-ahead lost, large
+  // enough that planning a piece (microseconds) stays far below decoding it (>= 1 ms at the
+  // ~1 GB/s one core inflates deflate).
+  static constexpr uint64_t kPrefetchPiece = 1ull << 20;
+  // True when bytes [off, off+len) of `a` can be read without decoding (Array::decoded).
+  bool bytes_decoded(const Array& a, uint64_t off, uint64_t len);
+
+ private:
+  EngineOptions opts_;
+  Stats stats_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<FdCache> fds_;
+  std::unique_ptr<ChunkCache> cache_;
+  std::unique_ptr<BufferPool> buffers_;
+  std::unique_ptr<HelperPool> helpers_;
+  std::mutex files_mu_;  // lock level 4 (docs/architecture.md): after the HDF5 lock; guards files_
+  std::map<std::string, std::shared_ptr<H5File>> files_;
+};
+
+}  // namespace h5d

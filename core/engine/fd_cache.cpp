@@ -1,0 +1,130 @@
+#include "core/engine/fd_cache.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace h5d {
+
+FileIdentity identity_of(const struct ::stat& st) {
+  FileIdentity id;
+  id.dev = st.st_dev;
+  id.ino = st.st_ino;
+  id.size = st.st_size;
+  id.mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  return id;
+}
+
+void pread_exact(int fd, void* buf, size_t n, uint64_t off, const std::string& what) {
+  auto* p = static_cast<uint8_t*>(buf);
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = ::pread(fd, p + done, n - done, static_cast<off_t>(off + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      fail(EIO, what + ": read of " + std::to_string(n) + " bytes at offset " + std::to_string(off) +
+                    " failed: " + std::strerror(errno));
+    }
+    if (r == 0)
+      fail_data(what + ": file is truncated: " + std::to_string(n) + " bytes at offset " +
+                std::to_string(off) + " lie beyond its end");
+    done += static_cast<size_t>(r);
+  }
+}
+
+OpenFd::~OpenFd() { ::close(fd_); }
+
+FileIdentity current_identity(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    const int e = errno;
+    fail(e == ENOENT ? ENOENT : (e == EACCES ? EACCES : EIO), path + ": cannot stat: " + std::strerror(e));
+  }
+  return identity_of(st);
+}
+
+namespace {
+
+[[noreturn]] void fail_changed(const std::string& path, const std::string& how) {
+  fail(ESTALE, path + ": the file " + how + " since its metadata was read; reopen to read the new contents");
+}
+
+FileIdentity identity_expected(const std::string& path, const FileIdentity& expect) {
+  FileIdentity now;
+  try {
+    now = current_identity(path);
+  } catch (const Error& e) {
+    if (e.code() == ENOENT) fail_changed(path, "was deleted");
+    throw;
+  }
+  if (now != expect) {
+    fail_changed(path, now.ino != expect.ino || now.dev != expect.dev ? "was replaced"
+                       : now.size != expect.size                       ? "changed size"
+                                                                      : "was modified");
+  }
+  return now;
+}
+
+}  // namespace
+
+void FdCache::verify(const std::string& path, const FileIdentity& expect) { identity_expected(path, expect); }
+
+FdCache::FdCache(unsigned max_open) : max_open_(max_open ? max_open : 1) {}
+
+std::shared_ptr<const OpenFd> FdCache::get(const std::string& path, const FileIdentity* expect) {
+  const FileIdentity now = expect ? identity_expected(path, *expect) : current_identity(path);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = map_.find(path);
+    if (it != map_.end()) {
+      if (it->second->second->identity() == now) {
+        lru_.splice(lru_.begin(), lru_, it->second);
+        return it->second->second;
+      }
+      lru_.erase(it->second);  // the file was replaced or modified: reopen (readers keep theirs)
+      map_.erase(it);
+    }
+  }
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    fail(e == ENOENT ? ENOENT : (e == EACCES ? EACCES : EIO), path + ": cannot open: " + std::strerror(e));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    fail(EIO, path + ": cannot stat: " + std::strerror(e));
+  }
+  auto entry = std::make_shared<const OpenFd>(fd, path, identity_of(st));
+  if (expect && entry->identity() != *expect) fail_changed(path, "changed");
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = map_.find(path);
+  if (it != map_.end() && it->second->second->identity() == entry->identity()) {  // opened meanwhile
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return it->second->second;
+  }
+  if (it != map_.end()) {
+    lru_.erase(it->second);
+    map_.erase(it);
+  }
+  lru_.emplace_front(path, entry);
+  map_[path] = lru_.begin();
+  while (lru_.size() > max_open_) {
+    map_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+  return entry;
+}
+
+size_t FdCache::open_count() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return lru_.size();
+}
+
+}  // namespace h5d

@@ -1,0 +1,109 @@
+// Version 1 B-tree chunk index (File Format Specification v3, III.A.1 "Version 1 B-trees",
+// node type 1 = raw data chunks). Node: 'TREE', node type, level, entries used, left and right
+// sibling addresses, then key 0, child 0, key 1, ..., child n-1, key n. A chunk key is the
+// chunk's stored size (u32), filter mask (u32) and rank+1 u64 offsets in elements (the last one
+// is the element-size dimension, always 0). At level 0 the children are chunk addresses. One
+// read per node; an explicit stack, a visited set and the level check bound the walk.
+#include <unordered_set>
+
+#include "core/fmt/index_internal.h"
+
+namespace h5d::fmt::detail {
+
+namespace {
+
+using Key = std::vector<uint64_t>;  // scaled chunk coordinates, then the element-size dimension
+
+struct Node {
+  uint64_t addr;  // absolute
+  int level;      // expected level, -1 for the root
+  // The keys this node's chunks must lie in, [lo, hi) (empty: unbounded): libhdf5 descends to
+  // child i only for chunks between the parent's keys i and i+1, so a chunk outside them is one
+  // it never finds (and serves as fill). Keys compare lexicographically (H5D__btree_cmp3).
+  Key lo, hi;
+};
+
+std::string key_str(const Key& k) {
+  std::string s = "(";
+  for (size_t i = 0; i + 1 < k.size(); ++i) s += (i ? "," : "") + std::to_string(k[i]);
+  return s + ")";
+}
+
+}  // namespace
+
+void read_btree_v1(IndexContext& ctx) {
+  const size_t rank = ctx.rank();
+  const size_t O = ctx.geo.sizeof_offsets;
+  const size_t key_size = 8 + 8 * (rank + 1);
+  const size_t header = 8 + 2 * O;
+  std::vector<Node> stack{{ctx.layout.index_addr, -1, {}, {}}};
+  std::unordered_set<uint64_t> visited;
+  std::vector<Key> keys;
+  std::vector<uint64_t> children;
+  std::vector<uint32_t> sizes, masks;
+  std::vector<bool> aligned;
+  while (!stack.empty()) {
+    const Node node = std::move(stack.back());
+    stack.pop_back();
+    Where w = ctx.where("v1 B-tree node", node.addr);
+    if (!visited.insert(node.addr).second) fail_at(w, "node visited twice (loop in the B-tree)");
+    std::vector<uint8_t> head = ctx.read(w, header);
+    Cursor c(w, ctx.geo, head);
+    c.expect_signature("TREE");
+    const unsigned type = c.u8();
+    const int level = c.u8();
+    const unsigned entries = c.u16();
+    if (type != 1) fail_at(w, "node type " + std::to_string(type) + ", expected 1 (raw data chunks)");
+    if (node.level >= 0 && level != node.level)
+      fail_at(w, "level " + std::to_string(level) + ", expected " + std::to_string(node.level));
+    const uint64_t body = uint64_t(entries + 1) * key_size + uint64_t(entries) * O;
+    std::vector<uint8_t> buf = ctx.read(w, header + body);
+    Cursor b(w, ctx.geo, buf);
+    b.seek(header);
+    keys.assign(entries + 1, Key(rank + 1));
+    children.assign(entries, 0);
+    sizes.assign(entries, 0);
+    masks.assign(entries, 0);
+    aligned.assign(entries, true);
+    for (unsigned i = 0; i <= entries; ++i) {
+      const uint32_t size = b.u32();
+      const uint32_t mask = b.u32();
+      bool al = true;
+      for (size_t k = 0; k <= rank; ++k) {
+        const uint64_t off = b.u64();
+        const uint64_t dim = k < rank ? ctx.layout.chunk_dims[k] : ctx.layout.chunk_elem_size;
+        keys[i][k] = off / dim;
+        al &= k == rank || off % dim == 0;
+      }
+      if (i == entries) break;  // the last key bounds the last child; no child follows it
+      sizes[i] = size;
+      masks[i] = mask;
+      aligned[i] = al;
+      children[i] = b.rel_addr();
+    }
+    for (unsigned i = 0; i < entries; ++i) {
+      const std::string entry = "entry " + std::to_string(i) + " (key " + key_str(keys[i]) + ")";
+      if (!(keys[i] < keys[i + 1]))
+        fail_at(w, entry + " not below the next key " + key_str(keys[i + 1]) +
+                       ": keys out of order (a damaged chunk index key)");
+      if ((!node.lo.empty() && keys[i] < node.lo) || (!node.hi.empty() && !(keys[i] < node.hi)))
+        fail_at(w, entry + " outside the keys its parent gives it, [" + key_str(node.lo) + ", " +
+                       key_str(node.hi) + "): a damaged chunk index key");
+      if (children[i] == kUndefAddr) fail_at(w, "undefined child address in " + entry);
+    }
+    // Children are pushed in reverse so that they are visited in key order.
+    for (unsigned i = entries; i-- > 0;) {
+      if (level == 0) continue;
+      Key hi = keys[i + 1];
+      if (!node.hi.empty() && node.hi < hi) hi = node.hi;
+      stack.push_back({to_absolute(w, ctx.geo, children[i]), level - 1, keys[i], std::move(hi)});
+    }
+    if (level != 0) continue;
+    for (unsigned i = 0; i < entries; ++i) {
+      if (!aligned[i]) fail_at(w, "chunk offset " + key_str(keys[i]) + " not a multiple of the chunk dimensions");
+      ctx.add(w, keys[i].data(), children[i], sizes[i], masks[i]);
+    }
+  }
+}
+
+}  // namespace h5d::fmt::detail

@@ -1,0 +1,163 @@
+// One HDF5 file: its groups, datasets and their metadata, read through libhdf5 under the one
+// global lock (h5lib.h), and the Array through which a dataset's bytes are read directly.
+// In a process with HDF5 helpers (Engine::helpers(), the daemon) every method that needs
+// libhdf5 asks a helper instead (h5helper.h); the helper runs these same methods in process.
+#pragma once
+#include <memory>
+#include <mutex>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/array/array.h"
+#include "core/array/dtype.h"
+#include "core/engine/fd_cache.h"
+#include "core/filters/filters.h"
+#include "core/fmt/chunk_index.h"
+#include "core/value.h"
+
+namespace h5d {
+
+class Engine;
+class HelperPool;
+namespace proto {
+enum class Op : uint16_t;
+}
+
+enum class ObjectKind { Group, Dataset, Other };
+
+struct LinkEntry {
+  std::string name;
+  ObjectKind kind = ObjectKind::Other;
+  // Soft links: the target path inside the file ("/a/b"); empty for hard links. External links
+  // are followed like soft links; their target is "file.h5:/path".
+  std::string soft_target;
+  // External links: the file the member is in, as libhdf5 resolved and opened it (absolute
+  // when the link's file name resolves to one); empty for members of this file. Reading the
+  // member needs read access to that file too (vfs, check_access).
+  std::string file;
+};
+
+// A regular hyperslab selection (or "all" when is_all). count/block may be ~0 (unlimited).
+struct Hyperslab {
+  bool is_all = false;
+  Shape start, stride, count, block;
+};
+
+struct VdsMapping {
+  std::string file_name;      // as stored ("." = the VDS's own file)
+  std::string dataset_name;   // as stored
+  std::string resolved_file;  // absolute path found by HDF5's rules, "" if not found
+  Hyperslab vspace, srcspace;
+  Shape src_shape;            // source dataset extent when it could be opened
+  // The file is found but the dataset is not there (a dangling soft or external link on its
+  // path, say): why. Only from H5File::dataset_details.
+  std::string source_missing;
+};
+
+struct DatasetInfo {
+  std::string file;  // absolute path of the HDF5 file
+  std::string path;  // dataset path inside the file
+  Shape shape, maxshape;  // maxshape entries ~0 = unlimited
+  DType dtype;       // element type after folding array types into the shape
+  bool is_array = true;      // false: variable-length data, references, ... (see why_not_array)
+  std::string why_not_array;
+  std::string hdf5_type;     // short description of the HDF5 type ("vlen string", "H5T_STD_U16LE")
+  std::string layout;        // "contiguous", "chunked", "compact", "virtual"
+  Shape chunks;              // chunked only
+  std::string chunk_index;   // "btree-v1", "fixed-array", ... (chunked only)
+  std::vector<FilterInfo> filters;
+  std::vector<uint8_t> fill_value;  // one element's bytes (zeros when undefined)
+  bool fill_value_defined = false;
+  std::vector<std::pair<std::string, Value>> attrs;  // only from H5File::dataset_details
+  std::vector<VdsMapping> vds;
+  std::string read_path;     // "direct" or "library: <reason>"
+  bool convert_type = false; // stored bytes differ from dtype's standard layout (h5::needs_conversion):
+                             // read through libhdf5 into h5::standard_type
+  Value small_value;         // for non-arrays: the value itself when it is small (strings);
+                             // only from H5File::dataset_details
+};
+
+// What H5File learns about a dataset's storage, beyond the public DatasetInfo.
+struct StorageInfo {
+  size_t ds_rank = 0;      // rank of the HDF5 dataspace (array element types add trailing dims)
+  uint64_t ohdr_addr = 0;  // object header address (relative)
+  fmt::FileGeometry geo;
+  uint64_t contiguous_addr = fmt::kUndefAddr;  // absolute (H5Dget_offset already adds the user block)
+  uint64_t storage_size = 0;
+  bool external = false;       // external raw storage (H5Pget_external_count > 0)
+  bool library_only = false;   // must read through libhdf5
+  std::string library_reason;
+  FileIdentity file_id;        // the file this was read from; data reads check it (ESTALE)
+};
+
+class H5File : public std::enable_shared_from_this<H5File> {
+ public:
+  // Use Engine::open_file.
+  H5File(Engine& engine, std::string path);
+  ~H5File();
+  H5File(const H5File&) = delete;
+  H5File& operator=(const H5File&) = delete;
+
+  const std::string& path() const { return path_; }
+  Engine& engine() const { return engine_; }
+  // The file (device, inode, size, mtime) this object's metadata comes from, taken when it was
+  // created: Engine::open_file replaces an H5File whose file changed, and data reads through
+  // its arrays fail with ESTALE once the file is no longer this one.
+  const FileIdentity& identity() const { return identity_; }
+
+  // Members of a group, sorted by name; soft and external links followed, dangling ones left
+  // out. Throws Error(ENOENT) when group_path is not a group.
+  std::vector<LinkEntry> list_group(const std::string& group_path);
+  ObjectKind kind_of(const std::string& path);  // Other when missing
+  std::vector<std::pair<std::string, Value>> attributes(const std::string& object_path);
+
+  // Metadata of a dataset (cached). Throws Error(ENOENT) when it is not a dataset.
+  std::shared_ptr<const DatasetInfo> dataset_info(const std::string& dset_path);
+  // dataset_info plus what listing does not need: attribute values (attrs) and, for a
+  // non-array, its value when small (small_value). Not cached; for sidecars.
+  std::shared_ptr<const DatasetInfo> dataset_details(const std::string& dset_path);
+  // The dataset's bytes as an Array (cached). Throws Error(EINVAL) when it is not an array.
+  ArrayPtr dataset_array(const std::string& dset_path);
+  // Reads a whole small dataset as a Value (strings included); used for run metadata.
+  Value read_value(const std::string& dset_path, uint64_t max_elements = 100000);
+
+  // Library handle of the open file (hid_t), opened on first use; only for code holding the
+  // HDF5 lock. The handle may be closed again (bounded open files) once the lock is released.
+  int64_t handle();
+
+  // How the dataset is stored (for the direct readers).
+  StorageInfo storage_info(const std::string& dset_path);
+
+ private:
+  // The file through the truncated-file driver (h5lib.h) when that is allowed in this process
+  // and the file is shorter than its stored end; -1 otherwise (`why`: what libhdf5 said then,
+  // when it refused that too). Caller holds the HDF5 lock.
+  int64_t open_truncated(std::string& why);
+  std::shared_ptr<const DatasetInfo> load_info(const std::string& dset_path, StorageInfo& st);
+  // A helper's answer to op (DatasetInfo or DatasetDetails), validated.
+  std::shared_ptr<const DatasetInfo> remote_info(HelperPool& hp, proto::Op op, const std::string& dset_path,
+                                                 StorageInfo& st);
+  // Caches info and st (the first one kept when two threads race); returns the cached info.
+  std::shared_ptr<const DatasetInfo> remember(const std::string& dset_path, std::shared_ptr<const DatasetInfo> info,
+                                              const StorageInfo& st);
+
+  Engine& engine_;
+  std::string path_;
+  FileIdentity identity_;  // zero when the file could not be stat'ed
+  int64_t fid_ = -1;
+  bool truncation_logged_ = false;
+  std::mutex mu_;  // lock level 4 (docs/architecture.md): after the HDF5 lock; guards infos_, arrays_, storage_
+  std::map<std::string, std::shared_ptr<const DatasetInfo>> infos_;
+  std::map<std::string, ArrayPtr> arrays_;
+  std::map<std::string, StorageInfo> storage_;
+};
+
+// H5Dread of region (start, count) of the dataspace of `dset_path` (folded array dims whole),
+// in this process: the bytes in C order, in the dataset's dtype (converted by libhdf5 where
+// DatasetInfo::convert_type). Used by LibraryArray, directly or in a helper.
+std::vector<uint8_t> library_read_local(H5File& file, const std::string& dset_path,
+                                        const std::vector<uint64_t>& start,
+                                        const std::vector<uint64_t>& count);
+
+}  // namespace h5d

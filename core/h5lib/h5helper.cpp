@@ -1,0 +1,586 @@
+#include "core/h5lib/h5helper.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <future>
+#include <thread>
+
+#include "core/engine/engine.h"
+#include "core/euxfel/h5meta.h"
+#include "core/h5lib/h5file.h"
+#include "core/h5lib/h5lib.h"
+#include "core/log.h"
+#include "core/writer.h"
+
+extern char** environ;
+
+namespace h5d {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A failure of the transport (crash, hang, malformed reply): the helper is killed.
+using Broken = HelperProcess::Broken;
+
+bool executable(const std::string& p) { return !p.empty() && ::access(p.c_str(), X_OK) == 0; }
+
+std::string dir_of_self() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "";
+  std::string p(buf, static_cast<size_t>(n));
+  const auto pos = p.rfind('/');
+  return pos == std::string::npos ? "." : p.substr(0, pos);
+}
+
+int remaining_ms(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 1 << 30));
+}
+
+// Waits for `events` on fd until the deadline; false on timeout.
+bool wait_fd(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    struct pollfd p {fd, events, 0};
+    const int rc = ::poll(&p, 1, remaining_ms(deadline));
+    if (rc > 0) return true;
+    if (rc == 0) return false;
+    if (errno != EINTR) return false;
+  }
+}
+
+void write_all(int fd, const void* data, size_t n, Clock::time_point deadline, const std::string& timeout_why) {
+  const char* p = static_cast<const char*>(data);
+  while (n) {
+    if (!wait_fd(fd, POLLOUT, deadline)) throw Broken{timeout_why};
+    const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      if (errno == EPIPE || errno == ECONNRESET) throw Broken{"crashed"};  // it is gone
+      throw Broken{std::string("request not sent: ") + std::strerror(errno)};
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void read_all(int fd, void* data, size_t n, Clock::time_point deadline, const std::string& timeout_why) {
+  char* p = static_cast<char*>(data);
+  while (n) {
+    if (!wait_fd(fd, POLLIN, deadline)) throw Broken{timeout_why};
+    const ssize_t r = ::recv(fd, p, n, MSG_DONTWAIT);
+    if (r == 0) throw Broken{"crashed"};
+    if (r < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      throw Broken{"crashed"};
+    }
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+}
+
+// Blocking transfers for the helper's side (no deadline: the daemon bounds the time). `io` is
+// read or send; false at EOF or on an error.
+template <class Buf, class Io>
+bool transfer_blocking(Buf* data, size_t n, Io io) {
+  while (n) {
+    const ssize_t r = io(data, n);
+    if (r == 0) return false;
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    data += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+bool read_blocking(int fd, void* data, size_t n) {
+  return transfer_blocking(static_cast<char*>(data), n, [fd](char* p, size_t k) { return ::read(fd, p, k); });
+}
+
+bool write_blocking(int fd, const void* data, size_t n) {
+  return transfer_blocking(static_cast<const char*>(data), n,
+                           [fd](const char* p, size_t k) { return ::send(fd, p, k, MSG_NOSIGNAL); });
+}
+
+// PR_SET_PDEATHSIG (which a helper sets, helper/main.cpp) fires when the *thread* that spawned
+// it ends, not the process: libfuse's worker threads come and go (max_idle_threads), and a
+// writer process spawned from one would be killed with it, its file's unflushed metadata lost.
+// So every helper is spawned from this one thread, which lives as long as the process (never
+// joined nor destroyed). Its mutex is a leaf (lock level 5).
+class Spawner {
+ public:
+  static Spawner& get() {
+    static Spawner* s = new Spawner;  // never destroyed: its thread must outlive every helper
+    return *s;
+  }
+  // Runs fn on the spawner thread and returns its result (or rethrows its exception).
+  void run(const std::function<void()>& fn) {
+    std::packaged_task<void()> task(fn);
+    auto done = task.get_future();
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      queue_.push_back(&task);
+    }
+    cv_.notify_one();
+    done.get();
+  }
+
+ private:
+  Spawner() { std::thread([this] { loop(); }).detach(); }
+  [[noreturn]] void loop() {
+    for (;;) {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return !queue_.empty(); });
+      std::packaged_task<void()>* t = queue_.front();
+      queue_.pop_front();
+      lk.unlock();
+      (*t)();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<void()>*> queue_;
+};
+
+}  // namespace
+
+std::string find_helper() {
+  if (const char* env = std::getenv("H5DIRECT_HELPER")) return executable(env) ? env : "";
+  const std::string dir = dir_of_self();
+  for (const std::string& c : {dir + "/h5direct-helper", dir + "/../libexec/h5direct/h5direct-helper"}) {
+    if (executable(c)) return c;
+  }
+  return "";
+}
+
+void HelperProcess::start(const std::string& path) {
+  if (pid_ > 0) return;
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    fail(EIO, std::string("cannot start the HDF5 helper: socketpair: ") + std::strerror(errno));
+  // The child's end becomes its descriptor 3 (dup2 clears close-on-exec); keep it off 3 here.
+  int child = ::fcntl(sv[1], F_DUPFD_CLOEXEC, 10);
+  ::close(sv[1]);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, child, 3);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  // The daemon's threads block SIGINT/SIGTERM/SIGHUP: the helper starts with none blocked, in its
+  // own process group (a terminal's ^C goes to the daemon, which then closes the helpers).
+  sigset_t none, def;
+  sigemptyset(&none);
+  sigemptyset(&def);
+  sigaddset(&def, SIGPIPE);
+  sigaddset(&def, SIGINT);
+  sigaddset(&def, SIGTERM);
+  sigaddset(&def, SIGHUP);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &def);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+  const std::string parent = std::to_string(::getpid());
+  std::vector<char*> argv = {const_cast<char*>(path.c_str()), const_cast<char*>("--fd"),
+                             const_cast<char*>("3"), const_cast<char*>("--parent"),
+                             const_cast<char*>(parent.c_str()), nullptr};
+  pid_t pid = -1;
+  int rc = 0;
+  Spawner::get().run([&] { rc = ::posix_spawn(&pid, path.c_str(), &fa, &attr, argv.data(), environ); });
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  ::close(child);
+  if (rc != 0) {
+    ::close(sv[0]);
+    fail(EIO, "cannot start the HDF5 helper " + path + ": " + std::strerror(rc));
+  }
+  pid_ = pid;
+  fd_ = sv[0];
+}
+
+bool HelperProcess::reap_if_dead() {
+  int status = 0;
+  if (pid_ <= 0 || ::waitpid(pid_, &status, WNOHANG) != pid_) return false;
+  ::close(fd_);
+  fd_ = -1;
+  pid_ = -1;
+  return true;
+}
+
+void HelperProcess::kill(std::string* how) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (pid_ > 0) {
+    int status = 0;
+    // Dead already (killed from outside, say): its own end is named, SIGKILL included.
+    const bool dead = ::waitpid(pid_, &status, WNOHANG) == pid_;
+    if (!dead) {
+      ::kill(pid_, SIGKILL);
+      while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+    if (how && WIFSIGNALED(status) && (dead || WTERMSIG(status) != SIGKILL)) {
+      *how += " (signal " + std::to_string(WTERMSIG(status)) + ", " + strsignal(WTERMSIG(status)) + ")";
+    } else if (how && WIFEXITED(status)) {
+      *how += " (exit status " + std::to_string(WEXITSTATUS(status)) + ")";
+    }
+  }
+  pid_ = -1;
+}
+
+uint16_t HelperProcess::exchange(proto::Op op, const std::string& body, uint32_t max_reply, unsigned timeout_ms,
+                                 std::string& reply) {
+  if (fd_ < 0) throw Broken{"is not running"};
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  const std::string timeout_why = "timed out after " + std::to_string(timeout_ms) + " ms";
+  proto::Header h;
+  h.kind = static_cast<uint16_t>(op);
+  h.seq = ++seq_;
+  h.length = static_cast<uint32_t>(body.size());
+  uint8_t hb[proto::kHeaderSize];
+  proto::encode_header(h, hb);
+  write_all(fd_, hb, sizeof hb, deadline, timeout_why);
+  write_all(fd_, body.data(), body.size(), deadline, timeout_why);
+  read_all(fd_, hb, sizeof hb, deadline, timeout_why);
+  proto::Header rh;
+  try {
+    rh = proto::decode_header(hb, max_reply);
+  } catch (const Error& e) {
+    throw Broken{std::string("sent a bad reply: ") + e.what()};
+  }
+  if (rh.seq != h.seq || (rh.kind != proto::kReplyOk && rh.kind != proto::kReplyError))
+    throw Broken{"sent a bad reply: wrong sequence number or kind"};
+  reply.resize(rh.length);
+  read_all(fd_, reply.data(), reply.size(), deadline, timeout_why);
+  return rh.kind;
+}
+
+void throw_reply_error(const std::string& reply, const std::string& what) {
+  proto::In in(reply);
+  int code = EIO;
+  std::string msg;
+  try {
+    code = static_cast<int>(in.u32());
+    msg = in.str();
+    in.end();
+  } catch (const Error&) {
+    msg = what + ": malformed error reply from the HDF5 helper";
+  }
+  if (code <= 0 || code > 4095) code = EIO;
+  throw Error(code, msg);
+}
+
+HelperPool::HelperPool(HelperOptions opts) : opts_(std::move(opts)), slots_(std::max(1u, opts_.count)) {}
+
+HelperPool::~HelperPool() = default;  // each slot's HelperProcess kills its helper
+
+uint64_t HelperPool::requests() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return requests_;
+}
+
+uint64_t HelperPool::failures() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return failures_;
+}
+
+size_t HelperPool::acquire(const std::string& file) {
+  std::unique_lock<std::mutex> lk(mu_);
+  // Requests for one file prefer one helper (its open file and metadata are cached there), but
+  // take any idle one rather than wait behind a slow request.
+  const size_t pref = std::hash<std::string>()(file) % slots_.size();
+  for (;;) {
+    if (!slots_[pref].busy) {
+      slots_[pref].busy = true;
+      ++requests_;
+      return pref;
+    }
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      if (!slots_[i].busy) {
+        slots_[i].busy = true;
+        ++requests_;
+        return i;
+      }
+    }
+    cv_.wait(lk);
+  }
+}
+
+void HelperPool::release(size_t i) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    slots_[i].busy = false;
+  }
+  cv_.notify_one();
+}
+
+void HelperPool::check_bad(const std::string& file) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = bad_.find(file);
+  if (it == bad_.end()) return;
+  struct stat st;
+  const bool changed = ::stat(file.c_str(), &st) != 0 || identity_of(st) != it->second.id;
+  if (changed || Clock::now() >= it->second.retry_at) return;  // retried (kept for the backoff)
+  // Logged once, when the helper failed; each request skipped since is not logged again.
+  throw Error(EIO,
+              file + ": skipped, marked bad after the HDF5 helper " + it->second.why + " (retried " +
+                  std::to_string(remaining_ms(it->second.retry_at) / 1000 + 1) + " s from now or when the file changes)",
+              true);
+}
+
+void HelperPool::mark_bad(const std::string& file, const std::string& why) {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++failures_;
+  Bad& b = bad_[file];
+  struct stat st;
+  FileIdentity id;
+  if (::stat(file.c_str(), &st) == 0) id = identity_of(st);
+  b.backoff_ms = (b.backoff_ms && b.id == id) ? std::min(b.backoff_ms * 2, opts_.backoff_ms * 16) : opts_.backoff_ms;
+  b.id = id;
+  b.retry_at = Clock::now() + std::chrono::milliseconds(b.backoff_ms);
+  b.why = why;
+}
+
+std::string HelperPool::call(proto::Op op, const std::string& file, const std::string& object,
+                             const std::string& body, uint32_t max_reply) {
+  check_bad(file);
+  if (body.size() > proto::kMaxRequest) fail(EINVAL, file + ":" + object + ": request too large");
+  const size_t i = acquire(file);
+  HelperProcess& p = slots_[i].proc;  // ours until release(i)
+  std::string reply;
+  uint16_t kind = 0;
+  try {
+    // A helper that died while idle (killed from outside, say) is restarted, not blamed on
+    // this request's file.
+    p.reap_if_dead();
+    p.start(opts_.path);
+    kind = p.exchange(op, body, max_reply, opts_.timeout_ms, reply);
+  } catch (const HelperProcess::Broken& b) {
+    std::string how = b.why;
+    p.kill(&how);
+    release(i);
+    mark_bad(file, how + " in " + proto::op_name(op));
+    const std::string msg = file + ":" + object + ": HDF5 helper " + how + " in " + proto::op_name(op) +
+                            "; helper restarted, file marked bad for " +
+                            std::to_string(opts_.backoff_ms / 1000) + " s or until it changes";
+    log::error(msg);
+    throw Error(EIO, msg, true);  // this line is its one log line
+  } catch (...) {
+    p.kill(nullptr);
+    release(i);
+    throw;
+  }
+  release(i);
+  if (kind == proto::kReplyError) throw_reply_error(reply, file + ":" + object);
+  return reply;
+}
+
+namespace helper {
+namespace {
+
+using proto::Op;
+
+// Test hook, inert unless H5DIRECT_HELPER_FAULT_FILE names a file: while that file holds
+// "MODE:NAME", every request about a file whose path contains NAME hangs (MODE hang), aborts
+// (abort), crashes (segv) or is answered with garbage (garbage). Read at each request, so a test
+// can turn a fault on and off. The isolation tests use it; nothing else sets it.
+bool apply_fault(const char* control, const std::string& file) {
+  if (!control) return false;
+  std::string s;
+  if (FILE* fp = std::fopen(control, "r")) {
+    char buf[512];
+    const size_t n = std::fread(buf, 1, sizeof buf, fp);
+    std::fclose(fp);
+    s.assign(buf, n);
+  }
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  const auto c = s.find(':');
+  if (c == std::string::npos || c + 1 == s.size()) return false;
+  const std::string mode = s.substr(0, c), name = s.substr(c + 1);
+  if (file.find(name) == std::string::npos) return false;
+  if (mode == "hang") {
+    for (;;) ::pause();
+  }
+  if (mode == "abort") std::abort();
+  if (mode == "segv") ::raise(SIGSEGV);
+  return mode == "garbage";
+}
+
+template <class T>
+T arg(proto::In& in) {
+  T v;
+  proto::get(in, v);
+  return v;
+}
+
+std::string dispatch(Engine& engine, Op op, proto::In& in, const std::string& file) {
+  namespace meta = euxfel::meta;
+  proto::Out o;
+  auto f = engine.open_file(file);
+  switch (op) {
+    case Op::ListGroup: proto::put(o, f->list_group(arg<std::string>(in))); break;
+    case Op::KindOf: proto::put(o, f->kind_of(arg<std::string>(in))); break;
+    case Op::Attributes: proto::put(o, f->attributes(arg<std::string>(in))); break;
+    case Op::DatasetInfo:
+    case Op::DatasetDetails: {
+      const auto path = arg<std::string>(in);
+      auto info = op == Op::DatasetInfo ? f->dataset_info(path) : f->dataset_details(path);
+      proto::put(o, *info);
+      proto::put(o, f->storage_info(path));
+      break;
+    }
+    case Op::ReadValue: {
+      const auto path = arg<std::string>(in);
+      proto::put(o, f->read_value(path, arg<uint64_t>(in)));
+      break;
+    }
+    case Op::LibraryRead: {
+      const auto path = arg<std::string>(in);
+      const auto start = arg<std::vector<uint64_t>>(in);
+      const auto count = arg<std::vector<uint64_t>>(in);
+      proto::put(o, library_read_local(*f, path, start, count));
+      break;
+    }
+    case Op::MetaExists: proto::put(o, meta::exists(*f, arg<std::string>(in))); break;
+    case Op::MetaIsDataset: proto::put(o, meta::is_dataset(*f, arg<std::string>(in))); break;
+    case Op::MetaIsGroup: proto::put(o, meta::is_group(*f, arg<std::string>(in))); break;
+    case Op::MetaSoftLink: proto::put(o, meta::soft_link_target(*f, arg<std::string>(in))); break;
+    case Op::MetaReadU64:
+    case Op::MetaReadI64: {
+      const auto path = arg<std::string>(in);
+      const auto n = arg<uint64_t>(in);
+      std::vector<uint64_t> u;
+      std::vector<int64_t> s;
+      const bool found = op == Op::MetaReadU64 ? meta::try_read_u64(*f, path, u, n)
+                                               : meta::try_read_i64(*f, path, s, n);
+      proto::put(o, found);
+      if (op == Op::MetaReadU64) proto::put(o, u);
+      else proto::put(o, s);
+      break;
+    }
+    case Op::MetaReadIndex: {
+      const auto base = arg<std::string>(in);
+      const auto groups = arg<std::vector<std::string>>(in);
+      const auto n = arg<uint64_t>(in);
+      auto r = meta::read_index(*f, base, groups, n);
+      o.u64(r.size());
+      for (const auto& x : r) {
+        proto::put(o, x.firsts);
+        proto::put(o, x.counts);
+        proto::put(o, x.error);
+      }
+      break;
+    }
+    case Op::MetaReadStrings: proto::put(o, meta::read_strings(*f, arg<std::string>(in))); break;
+    case Op::MetaListDatasets: proto::put(o, meta::list_datasets(*f, arg<std::string>(in))); break;
+    case Op::MetaListMembers: proto::put(o, meta::list_members(*f, arg<std::string>(in))); break;
+    case Op::MetaSequenceFile: proto::put(o, meta::read_sequence_file(*f, arg<bool>(in))); break;
+    default: fail(EINVAL, std::string("not a read request: ") + proto::op_name(op));  // the Write* ops: serve_write
+  }
+  in.end();
+  return o.take();
+}
+
+// A truncated file is served only where nothing past its cut was needed (h5lib.h,
+// open_truncated): when a read past the cut was refused during this request, its answer is
+// refused too, even if libhdf5 or our code went on without those bytes (a link left out as
+// dangling, an attribute skipped), and what this helper holds of the files concerned is dropped,
+// so no later answer can come from metadata read for this one.
+// `answered`: the request succeeded (else its own error, which names the refused read, stands).
+void refuse_reads_past_end(Engine& engine, const std::string& file, const std::string& object, Op op,
+                           bool answered) {
+  const std::vector<std::string> cut = h5::take_reads_past_end();
+  if (cut.empty()) return;
+  for (const std::string& p : cut) engine.forget_file(p);
+  if (answered)
+    fail(EIO, file + ":" + object + ": " + proto::op_name(op) + " needs bytes past the end of the truncated file " +
+                  cut.front() + " (refused)");
+}
+
+}  // namespace
+
+int serve(int fd) {
+  h5::allow_truncated_files(true);  // every answer is checked by refuse_reads_past_end
+  EngineOptions eo;
+  eo.threads = 1;
+  eo.cache_bytes = 16ull << 20;
+  eo.max_open_files = 128;  // as the daemon's default: each helper sees a share of the files
+  Engine engine(eo);  // no helper options: libhdf5 in this process
+  const char* fault_control = std::getenv("H5DIRECT_HELPER_FAULT_FILE");
+  std::unique_ptr<WriteFile> written;  // a writer process's one file (Op::WriteCreateFile)
+  for (;;) {
+    uint8_t hb[proto::kHeaderSize];
+    if (!read_blocking(fd, hb, sizeof hb)) return 0;  // the daemon closed its end
+    proto::Header h;
+    try {
+      h = proto::decode_header(hb, proto::kMaxWriteRequest);  // others are held to kMaxRequest below
+    } catch (const std::exception&) {
+      return 2;  // not our daemon, or out of step: the daemon restarts us
+    }
+    std::string body(h.length, '\0');
+    if (!read_blocking(fd, body.data(), body.size())) return 0;
+    proto::Header rh;
+    rh.seq = h.seq;
+    std::string reply;
+    const Op op = static_cast<Op>(h.kind);
+    // A chunk read back (ReadChunk) is as large as it was written, which the daemon allowed
+    // (kMaxWriteRequest) and asks for exactly.
+    const uint32_t limit = op == Op::LibraryRead ? proto::kMaxDataReply
+                           : op == Op::ReadChunk ? proto::kMaxWriteRequest
+                                                 : proto::kMaxMetaReply;
+    try {
+      if (h.kind == 0 || h.kind > static_cast<uint16_t>(Op::Last)) fail(EINVAL, "unknown request " + std::to_string(h.kind));
+      if (op != Op::WriteChunk && h.length > proto::kMaxRequest) fail(EINVAL, "request too large");
+      proto::In in(body);
+      const std::string file = in.str();
+      if (apply_fault(fault_control, file)) {
+        const char junk[] = "not a reply at all";
+        write_blocking(fd, junk, sizeof junk);
+        continue;
+      }
+      std::string object;  // every request's first argument is the object's path
+      try {
+        proto::In peek = in;
+        object = peek.str();
+      } catch (const Error&) {
+      }
+      try {
+        reply = proto::is_write_op(op) ? serve_write(written, op, in, file) : dispatch(engine, op, in, file);
+      } catch (...) {
+        refuse_reads_past_end(engine, file, object, op, false);
+        throw;
+      }
+      refuse_reads_past_end(engine, file, object, op, true);
+      if (reply.size() > limit) fail(EIO, file + ": " + proto::op_name(op) + ": reply of " + std::to_string(reply.size()) + " bytes is above the limit");
+      rh.kind = proto::kReplyOk;
+    } catch (const std::exception& e) {
+      const Error* err = dynamic_cast<const Error*>(&e);
+      proto::Out o;
+      o.u32(static_cast<uint32_t>(err ? err->code() : EIO));
+      std::string msg = e.what();
+      if (msg.size() > 4096) msg.resize(4096);
+      o.str(msg);
+      reply = o.take();
+      rh.kind = proto::kReplyError;
+    }
+    rh.length = static_cast<uint32_t>(reply.size());
+    proto::encode_header(rh, hb);
+    if (!write_blocking(fd, hb, sizeof hb) || !write_blocking(fd, reply.data(), reply.size())) return 0;
+  }
+}
+
+}  // namespace helper
+}  // namespace h5d

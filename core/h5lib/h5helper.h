@@ -1,0 +1,153 @@
+// The process boundary around libhdf5. libhdf5 is not hardened against malformed files (a
+// damaged attribute, a bad datatype or a looping filter can crash or hang it, and a stuck call
+// holds its global lock), so in the daemon every libhdf5 call on a source file runs in a helper
+// process (h5direct-helper, a small pool of them), never in the daemon itself:
+//
+//   daemon: H5File / euxfel::meta / LibraryArray  --request-->  helper: the same functions,
+//           (Engine::helpers() != nullptr)        <--reply----  in process (helpers() == nullptr)
+//
+// A helper that crashes, aborts, sends a malformed reply or takes longer than the timeout is
+// killed and restarted; the request that needed it gets Error(EIO) with one log line naming the
+// file and the call, and the file is marked bad: its requests fail at once until a backoff has
+// passed or the file changes (size, mtime, inode). Data reads (pread + decode) stay in the
+// daemon: only metadata and LibraryArray's H5Dread cross the boundary (h5proto.h).
+//
+// Writes cross it too, through the same HelperProcess: each file created by core/writer.cpp
+// has a writer process of its own (the same executable, proto::is_write_op requests), which is
+// not restarted when it fails: that file's later calls fail with Error(EIO).
+#pragma once
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/engine/fd_cache.h"
+#include "core/h5lib/h5proto.h"
+
+namespace h5d {
+
+class Engine;
+
+struct HelperOptions {
+  std::string path;                 // the helper executable; "" = libhdf5 in process (no isolation)
+  unsigned count = 2;               // helper processes
+  unsigned timeout_ms = 30000;      // one request; a helper that takes longer is killed
+  unsigned backoff_ms = 30000;      // a bad file is retried after this (doubling, at most 16x)
+};
+
+// The helper beside the running program: $H5DIRECT_HELPER when set (tests), else
+// <dir of /proc/self/exe>/h5direct-helper, else <dir>/../libexec/h5direct/h5direct-helper.
+// "" when none is found.
+std::string find_helper();
+
+// One helper process and its end of the socketpair: the pool's slots and a written file's
+// writer process (core/writer.cpp) both use it, so spawning, the deadline of a request and
+// killing live here once. Not thread-safe: its owner serializes requests.
+class HelperProcess {
+ public:
+  HelperProcess() = default;
+  ~HelperProcess() { kill(nullptr); }
+  HelperProcess(const HelperProcess&) = delete;
+  HelperProcess& operator=(const HelperProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Starts `path` (posix_spawn, never fork) when not running; Error(EIO) when it cannot.
+  void start(const std::string& path);
+  // A process that died while idle (killed from outside) is reaped; true when it had died.
+  bool reap_if_dead();
+  // SIGKILL and reap; `how` (if given) gets " (signal N, ...)" / " (exit status N)" appended.
+  void kill(std::string* how);
+  // One request and its reply (at most max_reply bytes) within timeout_ms. A crash, hang or
+  // malformed reply throws Broken (the caller kills the process); a kReplyError reply comes
+  // back as is (kind kReplyError, see throw_reply_error).
+  struct Broken {
+    std::string why;
+  };
+  uint16_t exchange(proto::Op op, const std::string& body, uint32_t max_reply, unsigned timeout_ms,
+                    std::string& reply);
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  uint32_t seq_ = 0;
+};
+
+// The Error a kReplyError body carries (errno, message); `what` names the call when the body
+// is malformed.
+[[noreturn]] void throw_reply_error(const std::string& reply, const std::string& what);
+
+class HelperPool {
+ public:
+  explicit HelperPool(HelperOptions opts);
+  ~HelperPool();  // kills the helpers
+  HelperPool(const HelperPool&) = delete;
+  HelperPool& operator=(const HelperPool&) = delete;
+
+  // One request about `file` (`object`: the path inside it, for the log line). Returns the
+  // reply body (at most max_reply bytes). The helper's own errors come back as Error(code,
+  // message); a crash, hang or malformed reply as Error(EIO) (logged once); a file marked bad
+  // fails with Error(EIO) without asking.
+  std::string call(proto::Op op, const std::string& file, const std::string& object,
+                   const std::string& body, uint32_t max_reply);
+
+  const HelperOptions& options() const { return opts_; }
+
+  // Counters (stats.json).
+  uint64_t requests() const;
+  uint64_t failures() const;
+
+ private:
+  struct Slot {
+    HelperProcess proc;
+    bool busy = false;
+  };
+  struct Bad {
+    FileIdentity id;
+    std::chrono::steady_clock::time_point retry_at;
+    unsigned backoff_ms = 0;
+    std::string why;
+  };
+  size_t acquire(const std::string& file);
+  void release(size_t i);
+  void check_bad(const std::string& file);
+  void mark_bad(const std::string& file, const std::string& why);
+
+  HelperOptions opts_;
+  mutable std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards slots_' busy flags, bad_, counters
+  std::condition_variable cv_;
+  std::vector<Slot> slots_;
+  std::map<std::string, Bad> bad_;
+  uint64_t requests_ = 0, failures_ = 0;
+};
+
+namespace helper {
+
+// The helper's side: answers requests on `fd` with the in-process implementation (an Engine
+// without helpers) until the daemon closes it. Returns the exit status.
+// A writer process (core/writer.cpp) is the same program: its first request is
+// proto::Op::WriteCreateFile, and it then holds that one file open for writing.
+int serve(int fd);
+
+// Typed call: encodes file + args, decodes the reply as R (and checks nothing is left over).
+template <class R, class... A>
+R call(HelperPool& pool, proto::Op op, const std::string& file, const std::string& object,
+       const A&... args) {
+  proto::Out o;
+  proto::put(o, file);
+  (proto::put(o, args), ...);
+  const std::string reply = pool.call(op, file, object, o.data(),
+                                     op == proto::Op::LibraryRead ? proto::kMaxDataReply : proto::kMaxMetaReply);
+  try {
+    return proto::decode_all<R>(reply);
+  } catch (const Error& e) {
+    fail(EIO, file + ":" + object + ": " + proto::op_name(op) + ": " + e.what());
+  }
+}
+
+}  // namespace helper
+}  // namespace h5d

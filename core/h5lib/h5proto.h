@@ -1,0 +1,212 @@
+// The messages between the daemon and its HDF5 helper processes (h5helper.h): length-prefixed,
+// versioned, bounded binary. Every field read back is checked against what is left of the
+// message and against fixed limits, so a helper that returns garbage (a libhdf5 heap overflow,
+// a half-written reply) costs an Error(EIO), never an unbounded allocation or a bad index.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/array/dtype.h"
+#include "core/error.h"
+#include "core/euxfel/h5meta.h"
+#include "core/h5lib/h5file.h"
+#include "core/value.h"
+
+namespace h5d::proto {
+
+constexpr uint32_t kMagic = 0x49443548;  // "H5DI" little-endian
+constexpr uint16_t kVersion = 4;  // 2: MetaSequenceFile; 3: LinkEntry::file; 4: the Write* ops
+constexpr size_t kHeaderSize = 16;        // magic u32, version u16, kind u16, seq u32, length u32
+constexpr uint32_t kMaxRequest = 1u << 20;
+// WriteChunk carries a chunk's encoded bytes: chunks are below 4 GiB (plan_dataset) and at most
+// write_buffer (the writer refuses larger ones), so a u32 length holds every one it sends.
+constexpr uint32_t kMaxWriteRequest = 0xffffffffu;
+constexpr uint32_t kMaxMetaReply = 64u << 20;  // metadata replies (listings, attributes, ...)
+constexpr uint32_t kMaxDataReply = 1u << 30;   // a library read: also exactly the bytes asked for
+constexpr size_t kMaxRank = 32;
+constexpr size_t kMaxDepth = 32;               // nesting of Values and compound types
+constexpr uint64_t kMaxItemsize = 1ull << 32;
+
+enum class Op : uint16_t {
+  ListGroup = 1,
+  KindOf,
+  Attributes,
+  DatasetInfo,
+  ReadValue,
+  LibraryRead,
+  MetaExists,
+  MetaIsDataset,
+  MetaIsGroup,
+  MetaSoftLink,
+  MetaReadU64,
+  MetaReadI64,
+  MetaReadIndex,
+  MetaReadStrings,
+  MetaListDatasets,
+  MetaListMembers,
+  DatasetDetails,
+  MetaSequenceFile,  // everything Run::open reads from one sequence file (meta::read_sequence_file)
+  // A written file's writer process (core/writer.cpp, one process per file): the first request
+  // creates the file, the others act on it; every one names the file.
+  WriteCreateFile,
+  WriteExists,
+  WriteCreateGroup,
+  WriteCreateDataset,
+  WriteChunk,
+  ReadChunk,
+  WriteCloseDataset,
+  WriteFlush,
+  WriteCloseFile,
+  Last = WriteCloseFile,
+};
+const char* op_name(Op op);
+inline bool is_write_op(Op op) { return op >= Op::WriteCreateFile && op <= Op::WriteCloseFile; }
+
+// Reply kinds (the header's kind field in a reply).
+constexpr uint16_t kReplyOk = 0;
+constexpr uint16_t kReplyError = 1;  // body: errno (u32), message (string)
+
+struct Header {
+  uint16_t version = kVersion;
+  uint16_t kind = 0;  // request: Op; reply: kReplyOk / kReplyError
+  uint32_t seq = 0;
+  uint32_t length = 0;
+};
+void encode_header(const Header& h, uint8_t out[kHeaderSize]);
+// Throws Error(EIO) when the magic or version is wrong or length exceeds max_length.
+Header decode_header(const uint8_t in[kHeaderSize], uint32_t max_length);
+
+class Out {
+ public:
+  void u8(uint8_t v) { buf_.push_back(static_cast<char>(v)); }
+  void u32(uint32_t v) { raw(&v, 4); }
+  void u64(uint64_t v) { raw(&v, 8); }
+  void f64(double v) { raw(&v, 8); }
+  void str(const std::string& s) { u64(s.size()); buf_.append(s); }
+  void bytes(const void* p, size_t n) { u64(n); raw(p, n); }
+  const std::string& data() const { return buf_; }
+  std::string take() { return std::move(buf_); }
+
+ private:
+  void raw(const void* p, size_t n) { buf_.append(static_cast<const char*>(p), n); }
+  std::string buf_;
+};
+
+// Reads a message body; every read is bounds-checked (Error(EIO) "malformed reply: ...").
+class In {
+ public:
+  In(const void* p, size_t n) : p_(static_cast<const uint8_t*>(p)), end_(p_ + n) {}
+  explicit In(const std::string& s) : In(s.data(), s.size()) {}
+  uint8_t u8();
+  uint32_t u32();
+  uint64_t u64();
+  double f64();
+  std::string str();
+  // A count of elements each taking at least min_bytes of what is left: bounds allocations.
+  size_t count(size_t min_bytes = 1);
+  void raw(void* out, size_t n);
+  size_t left() const { return static_cast<size_t>(end_ - p_); }
+  void end() const;  // throws when bytes are left over
+  [[noreturn]] void bad(const std::string& why) const;
+  unsigned depth = 0;  // current nesting (Values, types)
+
+ private:
+  template <class T>
+  T scalar();
+  const uint8_t* p_;
+  const uint8_t* end_;
+};
+
+// Codecs, one pair per type that crosses the boundary.
+void put(Out& o, bool v);
+void put(Out& o, uint32_t v);
+void put(Out& o, uint64_t v);
+void put(Out& o, int64_t v);
+void put(Out& o, const std::string& v);
+void put(Out& o, const Value& v);
+void put(Out& o, const DType& v);
+void put(Out& o, const FilterInfo& v);
+void put(Out& o, const Hyperslab& v);
+void put(Out& o, const VdsMapping& v);
+void put(Out& o, const LinkEntry& v);
+void put(Out& o, ObjectKind v);
+void put(Out& o, const DatasetInfo& v);
+void put(Out& o, const StorageInfo& v);
+void put(Out& o, const std::vector<uint8_t>& v);
+void put(Out& o, const euxfel::meta::IndexArrays& v);
+void put(Out& o, const euxfel::meta::SequenceMeta& v);
+template <class A, class B>
+void put(Out& o, const std::pair<A, B>& v) {
+  put(o, v.first);
+  put(o, v.second);
+}
+template <class T>
+void put(Out& o, const std::vector<T>& v) {
+  o.u64(v.size());
+  for (const auto& x : v) put(o, x);
+}
+template <class K, class V>
+void put(Out& o, const std::map<K, V>& m) {
+  o.u64(m.size());
+  for (const auto& kv : m) put(o, kv);
+}
+
+void get(In& in, bool& v);
+void get(In& in, uint32_t& v);
+void get(In& in, uint64_t& v);
+void get(In& in, int64_t& v);
+void get(In& in, std::string& v);
+void get(In& in, Value& v);
+void get(In& in, DType& v);
+void get(In& in, FilterInfo& v);
+void get(In& in, Hyperslab& v);
+void get(In& in, VdsMapping& v);
+void get(In& in, LinkEntry& v);
+void get(In& in, ObjectKind& v);
+void get(In& in, DatasetInfo& v);
+void get(In& in, StorageInfo& v);
+void get(In& in, std::vector<uint8_t>& v);
+void get(In& in, euxfel::meta::IndexArrays& v);
+void get(In& in, euxfel::meta::SequenceMeta& v);
+template <class A, class B>
+void get(In& in, std::pair<A, B>& v) {
+  get(in, v.first);
+  get(in, v.second);
+}
+template <class T>
+void get(In& in, std::vector<T>& v) {
+  const size_t n = in.count();
+  v.clear();
+  v.resize(n);
+  for (auto& x : v) get(in, x);
+}
+template <class K, class V>
+void get(In& in, std::map<K, V>& m) {
+  const size_t n = in.count();
+  m.clear();
+  for (size_t i = 0; i < n; ++i) {
+    std::pair<K, V> kv;
+    get(in, kv);
+    if (!m.emplace(std::move(kv)).second) in.bad("a key twice in a map");
+  }
+}
+
+// A whole reply body as one R: Error(EIO) "malformed reply" when it is not exactly that.
+template <class R>
+R decode_all(const std::string& body) {
+  In in(body);
+  R r;
+  get(in, r);
+  in.end();
+  return r;
+}
+
+// Checks a dataset's metadata from a helper for consistency (ranks, sizes, offsets); throws
+// Error(EIO) naming what is wrong. Datasets of more than 2^63 bytes are turned into non-arrays
+// (why_not_array says so): no file offset or .npy size can hold them.
+void validate(DatasetInfo& info, const StorageInfo& st);
+
+}  // namespace h5d::proto
