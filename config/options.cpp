@@ -175,7 +175,7 @@ const std::vector<Option>& options() {
        [](const Arg& a) { a.m.engine.max_open_files = static_cast<unsigned>(a.uint(1, 1u << 20)); }},
       {{"hdf5_helpers", "N", "2", "helper processes that run libhdf5 for the daemon (1-64)"},
        [](const Arg& a) { a.m.engine.helper.count = static_cast<unsigned>(a.uint(1, 64)); }},
-      {{"hdf5_timeout", "S", "30", "seconds a libhdf5 call may take before its helper is killed and its file marked bad (1-3600)"},
+      {{"hdf5_timeout", "S", "30", "seconds a libhdf5 call may take before its helper (or a written file's writer process) is killed; a read helper's file is marked bad (1-3600)"},
        [](const Arg& a) { a.m.engine.helper.timeout_ms = static_cast<unsigned>(a.uint(1, 3600)) * 1000; }},
       {{"vds_missing", "error|fill", "error", "a read touching a missing VDS source: EIO, or the fill value"},
        [](const Arg& a) { a.m.engine.vds_missing_fill = a.choice("error|fill") == 1; }},

@@ -392,8 +392,9 @@ void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       fs(req).flush(*f, false);
     } catch (...) {
       std::string msg;
-      errno_of(std::current_exception(), &msg);
-      log::error("release (inode " + std::to_string(ino) + "): " + msg);
+      bool logged = false;
+      errno_of(std::current_exception(), &msg, &logged);
+      if (!logged) log::error("release (inode " + std::to_string(ino) + "): " + msg);  // once
     }
   }
   ctx(req).handles.remove(f);

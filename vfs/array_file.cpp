@@ -90,6 +90,11 @@ class ArrayOpenFile final : public OpenFile {
     } catch (const std::exception&) {
       return false;  // the ordinary read gives (and logs) the error
     }
+    if (log::debug_enabled()) {
+      log::debug("read " + node_.spec_.what + (node_.format_ == ArrayFormat::Npy ? " (.npy)" : " (.raw)") +
+                 " data bytes [" + std::to_string(doff) + ", " + std::to_string(doff + dlen) + ") via " +
+                 node_.spec_.read_path + ", spliced from " + std::to_string(out.runs.size()) + " file run(s)");
+    }
     Pushes none;
     follow_up(off, static_cast<size_t>(end - off), none);
     return true;
