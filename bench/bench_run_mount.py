@@ -35,6 +35,7 @@ def main():
     ap.add_argument('--seq-files', type=int, default=20)
     ap.add_argument('--modules', type=int, default=16)
     ap.add_argument('--workdir')
+    ap.add_argument('--opts', help='mount options (-o) for h5direct')
     a = ap.parse_args()
     binary = os.environ.get('H5DIRECT_BIN')
     if not binary:
@@ -47,7 +48,7 @@ def main():
                           seq_files=a.seq_files, trains_per_file=2)
         print(f'generated {len(os.listdir(run_dir))} files in {time.monotonic() - t0:.1f} s')
     subprocess.run(['sync'])
-    m = benchlib.mount_h5direct(binary, run_dir, workdir=work)
+    m = benchlib.mount_h5direct(binary, run_dir, opts=a.opts, workdir=work)
     mnt = m.mnt
     t_mount = m.t_mounted
     try:

@@ -576,6 +576,7 @@ int serve(int fd) {
       reply = o.take();
       rh.kind = proto::kReplyError;
     }
+    h5::release_free_lists();  // nothing of this request's file is reused for the next one's
     rh.length = static_cast<uint32_t>(reply.size());
     proto::encode_header(rh, hb);
     if (!write_blocking(fd, hb, sizeof hb) || !write_blocking(fd, reply.data(), reply.size())) return 0;

@@ -19,6 +19,11 @@ std::recursive_mutex& mutex() {
   return mu;
 }
 
+void release_free_lists() {
+  auto lk = lock();
+  H5garbage_collect();
+}
+
 void init_library() {
   static std::once_flag once;
   std::call_once(once, [] {

@@ -19,6 +19,12 @@ inline Lock lock() { return Lock(mutex()); }
 
 // Silences libhdf5's own printing of error stacks (once, at first use).
 void init_library();
+// Hands the blocks on libhdf5's free lists back to malloc (H5garbage_collect): in a helper,
+// between two requests, so that no block one file's request left behind is reused unwiped for
+// another's (M_PERTURB wipes what malloc hands out). Once per request instead of no free lists
+// at all: those made every libhdf5 allocation a malloc and a wipe, and listing a 340-file run
+// took 2.4x the CPU (docs/benchmarks.md).
+void release_free_lists();
 
 // The current HDF5 error stack as one line (innermost message first).
 std::string error_stack();
