@@ -77,13 +77,13 @@ class ArrayOpenFile final : public OpenFile {
     const uint64_t total = node_.size();
     if (!array_ || off >= total || size == 0) return false;
     const uint64_t end = std::min<uint64_t>(off + size, total);
+    const HeadSplit part = split_at_header(header.size(), off, end - off);
+    const uint64_t doff = part.data_off, dlen = part.data_len;
     out = Spliced{};
-    if (off < header.size()) {
+    if (part.head) {
       out.head = header.data() + off;
-      out.head_len = static_cast<size_t>(std::min<uint64_t>(end, header.size()) - off);
+      out.head_len = static_cast<size_t>(part.head);
     }
-    const uint64_t doff = off + out.head_len - header.size();
-    const uint64_t dlen = end - off - out.head_len;
     if (dlen == 0) return false;  // the header alone: nothing to splice
     try {
       if (!array_->file_runs(doff, dlen, out.runs)) return false;
@@ -151,14 +151,10 @@ class ArrayOpenFile final : public OpenFile {
     const uint64_t total = node_.size();
     if (off >= total || size == 0) return 0;
     const uint64_t end = std::min<uint64_t>(off + size, total);
-    size_t done = 0;
-    if (off < header.size()) {
-      const size_t n = std::min<uint64_t>(end, header.size()) - off;
-      std::memcpy(buf, header.data() + off, n);
-      done = n;
-    }
-    const uint64_t doff = off + done - header.size();
-    const uint64_t dlen = end - off - done;
+    const HeadSplit part = split_at_header(header.size(), off, end - off);
+    const size_t done = static_cast<size_t>(part.head);
+    std::memcpy(buf, header.data() + off, done);
+    const uint64_t doff = part.data_off, dlen = part.data_len;
     if (dlen > 0) {
       if (log::debug_enabled()) {
         log::debug("read " + node_.spec_.what + (node_.format_ == ArrayFormat::Npy ? " (.npy)" : " (.raw)") +

@@ -144,4 +144,12 @@ NpyHeader parse_npy_header(const std::string& bytes) {
   return h;
 }
 
+HeadSplit split_at_header(uint64_t header, uint64_t off, uint64_t n) {
+  HeadSplit h;
+  h.head = off < header ? std::min(n, header - off) : 0;
+  h.data_off = off + h.head - std::min(off + h.head, header);
+  h.data_len = n - h.head;
+  return h;
+}
+
 }  // namespace h5d::vfs

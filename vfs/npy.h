@@ -34,6 +34,15 @@ struct NpyHeader {
 // The header length from the bytes known so far; 0 when fewer than 12 are known. Error(EINVAL)
 // when the bytes are not the start of a .npy header.
 size_t npy_header_length(const std::string& prefix);
+
+// Bytes [off, off + n) of a file made of a header (`header` bytes: a .npy header, or none for
+// .raw) and then the data: the first `head` of them are the header's, from header offset `off`;
+// the other `data_len` are data bytes from `data_off` on.
+struct HeadSplit {
+  uint64_t head = 0;
+  uint64_t data_off = 0, data_len = 0;
+};
+HeadSplit split_at_header(uint64_t header, uint64_t off, uint64_t n);
 // Parses a complete header (at least npy_header_length bytes). Error(EINVAL) for malformed
 // headers and for what cannot become an HDF5 dataset here (structured dtypes, Fortran order).
 NpyHeader parse_npy_header(const std::string& bytes);

@@ -68,6 +68,28 @@ std::string render_sidecar(NewDatasetState& s) {
 }
 
 class NewFileNode;
+
+// A .npy (header, then the dataset's bytes) or .raw (no header) file over a dataset writer:
+// reads n bytes at `off` (n already clipped to the file) ...
+size_t read_head_then_data(const std::string& header, DatasetWriter& w, uint64_t off, uint64_t n, char* buf) {
+  const HeadSplit part = split_at_header(header.size(), off, n);
+  std::memcpy(buf, header.data() + off, static_cast<size_t>(part.head));
+  if (part.data_len) w.read(part.data_off, part.data_len, reinterpret_cast<uint8_t*>(buf) + part.head);
+  return static_cast<size_t>(n);
+}
+
+// ... and writes: header bytes must be the header's, data bytes land in the dataset.
+void write_head_then_data(const std::string& header, DatasetWriter& w, uint64_t off, uint64_t n, const char* buf,
+                          const std::string& stem) {
+  const std::string what = stem.empty() ? std::string() : stem + ": ";
+  const HeadSplit part = split_at_header(header.size(), off, n);
+  if (part.head && std::memcmp(buf, header.data() + off, static_cast<size_t>(part.head)) != 0)
+    fail(EINVAL, what + "the .npy header cannot change once the dataset exists");
+  if (!part.data_len) return;
+  if (part.data_off > w.nbytes() || part.data_len > w.nbytes() - part.data_off)
+    fail(EFBIG, what + "write past the end of the data (" + std::to_string(w.nbytes()) + " bytes)");
+  w.write(part.data_off, reinterpret_cast<const uint8_t*>(buf) + part.head, static_cast<size_t>(part.data_len));
+}
 void add_siblings(const StatePtr& s, Kind created_by);
 
 // Creates the dataset (s.mu held). `spec` from the .npy header or the JSON spec.
@@ -116,16 +138,7 @@ class NewOpenFile final : public OpenFile {
     }
     const uint64_t total = header.size() + w->nbytes();
     if (off >= total || size == 0) return 0;
-    const uint64_t end = std::min<uint64_t>(off + size, total);
-    size_t done = 0;
-    if (off < header.size()) {
-      done = std::min<uint64_t>(end, header.size()) - off;
-      std::memcpy(buf, header.data() + off, done);
-    }
-    if (end > off + done) {
-      w->read(off + done - header.size(), end - off - done, reinterpret_cast<uint8_t*>(buf) + done);
-    }
-    return end - off;
+    return read_head_then_data(header, *w, off, std::min<uint64_t>(off + size, total) - off, buf);
   }
 
   size_t write(uint64_t off, size_t size, const char* buf) override {
@@ -166,21 +179,7 @@ class NewOpenFile final : public OpenFile {
       w = s_->w;
       if (kind_ == Kind::Npy) header = s_->header;
     }
-    size_t done = 0;
-    if (off < header.size()) {
-      done = std::min<uint64_t>(size, header.size() - off);
-      if (std::memcmp(buf, header.data() + off, done) != 0) {
-        fail(EINVAL, s_->stem + ".npy: the header cannot change once the dataset exists");
-      }
-    }
-    if (size > done) {
-      const uint64_t doff = off + done - header.size();
-      if (doff > w->nbytes() || size - done > w->nbytes() - doff) {
-        fail(EFBIG, s_->stem + ": write past the end of the data (" + std::to_string(w->nbytes()) +
-                        " bytes)");
-      }
-      w->write(doff, reinterpret_cast<const uint8_t*>(buf) + done, size - done);
-    }
+    write_head_then_data(header, *w, off, size, buf, s_->stem);
     return size;
   }
 
@@ -289,26 +288,10 @@ class InplaceOpenFile final : public OpenFile {
   size_t read(uint64_t off, size_t size, char* buf) override {
     const uint64_t total = header_.size() + w_->nbytes();
     if (off >= total || size == 0) return 0;
-    const uint64_t end = std::min<uint64_t>(off + size, total);
-    size_t done = 0;
-    if (off < header_.size()) {
-      done = std::min<uint64_t>(end, header_.size()) - off;
-      std::memcpy(buf, header_.data() + off, done);
-    }
-    if (end > off + done) w_->read(off + done - header_.size(), end - off - done, reinterpret_cast<uint8_t*>(buf) + done);
-    return end - off;
+    return read_head_then_data(header_, *w_, off, std::min<uint64_t>(off + size, total) - off, buf);
   }
   size_t write(uint64_t off, size_t size, const char* buf) override {
-    size_t done = 0;
-    if (off < header_.size()) {
-      done = std::min<uint64_t>(size, header_.size() - off);
-      if (std::memcmp(buf, header_.data() + off, done) != 0) fail(EINVAL, "the .npy header cannot change");
-    }
-    if (size > done) {
-      const uint64_t doff = off + done - header_.size();
-      if (doff > w_->nbytes() || size - done > w_->nbytes() - doff) fail(EFBIG, "write past the end of the data");
-      w_->write(doff, reinterpret_cast<const uint8_t*>(buf) + done, size - done);
-    }
+    write_head_then_data(header_, *w_, off, size, buf, "");
     return size;
   }
   void flush(bool durable) override { w_->flush(durable); }

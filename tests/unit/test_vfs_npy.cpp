@@ -10,6 +10,8 @@ using h5d::Field;
 using h5d::Shape;
 using h5d::vfs::npy_dict;
 using h5d::vfs::npy_header;
+using h5d::vfs::HeadSplit;
+using h5d::vfs::split_at_header;
 
 namespace {
 
@@ -154,4 +156,26 @@ TEST_CASE("npy header uses version 3.0 for non-ASCII field names", "[vfs]") {
   const std::string h = npy_header(d, {1});
   CHECK(h[6] == 3);
   CHECK(h.size() % 64 == 0);
+}
+
+TEST_CASE("a read or write of a .npy splits at the header's end", "[vfs]") {
+  // Against a byte-by-byte walk of the same range: each byte is the header's or a data byte.
+  for (uint64_t header : {0u, 1u, 64u, 4096u})
+    for (uint64_t off : {0u, 1u, 63u, 64u, 65u, 4095u, 4096u, 5000u})
+      for (uint64_t n : {0u, 1u, 2u, 100u, 4096u, 9000u}) {
+        uint64_t head = 0, data_len = 0, data_off = ~0ull;
+        for (uint64_t b = off; b < off + n; ++b) {
+          if (b < header) {
+            ++head;
+          } else {
+            if (data_off == ~0ull) data_off = b - header;
+            ++data_len;
+          }
+        }
+        const HeadSplit s = split_at_header(header, off, n);
+        INFO("header " << header << " off " << off << " n " << n);
+        CHECK(s.head == head);
+        CHECK(s.data_len == data_len);
+        if (data_len) CHECK(s.data_off == data_off);
+      }
 }
