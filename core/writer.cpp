@@ -884,9 +884,9 @@ class LocalWriteFile final : public WriteFile {
       std::vector<hsize_t> cd(plan.chunks.begin(), plan.chunks.end());
       h5::check(H5Pset_chunk(dcpl.get(), int(rank), cd.data()), what + ": H5Pset_chunk");
       for (const auto& f : plan.pipeline) {
-        if (f.id == 1) {
+        if (f.id == filters::kDeflate) {
           h5::check(H5Pset_deflate(dcpl.get(), f.cd_values.at(0)), "H5Pset_deflate");
-        } else if (f.id == 2) {
+        } else if (f.id == filters::kShuffle) {
           h5::check(H5Pset_shuffle(dcpl.get()), "H5Pset_shuffle");
         } else {
           // Optional: libhdf5 then accepts the pipeline even when the plugin is not installed

@@ -1,4 +1,4 @@
-// h5direct-helper: runs the daemon's libhdf5 calls in a process of its own (core/h5helper.h).
+// h5direct-helper: runs the daemon's libhdf5 calls in a process of its own (core/h5lib/h5helper.h).
 // Started by mount.h5direct with one end of a socketpair as descriptor 3; answers requests until
 // the daemon closes it, and dies with the daemon.
 #include <malloc.h>
