@@ -211,7 +211,7 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   c.splice = c.opts.splice && (conn->capable & FUSE_CAP_SPLICE_WRITE);
   if (c.splice) {
     conn->want |= FUSE_CAP_SPLICE_WRITE;
-    c.splice_max = splice_pipe_max();
+    c.splice_max = splice_max_read();
   }
   if (c.max_read) conn->max_read = c.max_read;
 }
@@ -360,7 +360,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
       ~InFlight() { reads.remove(ino, off, end); }
     } in_flight{c.reads, ino, o, o + size};
     c.reads.add(ino, o, o + size);
-    if (c.splice && size + (kSpliceBuffers + 3) * 4096 <= c.splice_max && !fs(req).writable()) {
+    if (c.splice && size <= c.splice_max && !fs(req).writable()) {
       vfs::OpenFile::Spliced sp;
       if (fs(req).read_spliced(*f, o, size, sp)) {
         reply_spliced(req, sp);
@@ -371,12 +371,11 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
     const size_t n = fs(req).read(*f, o, size, buf.data(), &pushes);
     // Pushes (vfs/read_policy.h), all before the reply: the rest of the units this read decoded
     // (the woken reader must find them there) and, in a stream, the decoded units ahead (pushed
-    // after the reply, the reader copying a unit asked for the next ones before the push had
-    // stored them: a request per unit instead of one per push, docs/benchmarks.md).
+    // after the reply, they landed after the reader had asked for them: a request per unit
+    // instead of one per push, docs/benchmarks.md).
     if (c.opts.push && c.se && n == size && !fs(req).writable()) {
       std::vector<char> near = c.push_buffers.take();
-      for (const vfs::OpenFile::Range& r : pushes.before) push_bytes(c, ino, copy_for_push(c, ino, *f, r, near), near);
-      if (pushes.after.len) push_bytes(c, ino, copy_for_push(c, ino, *f, pushes.after, near), near);
+      for (const vfs::OpenFile::Range& r : pushes.ranges) push_bytes(c, ino, copy_for_push(c, ino, *f, r, near), near);
       c.push_buffers.give(std::move(near));
     }
     fuse_reply_buf(req, buf.data(), n);

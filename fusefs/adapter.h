@@ -112,7 +112,7 @@ struct Context {
   unsigned readahead_kb = 0;  // 0: the kernel's default
   fuse_session* se = nullptr;  // for notify_store (set before the loop starts)
   bool splice = false;         // spliced replies (opts.splice and the kernel can): set at INIT
-  size_t splice_max = 0;       // the largest pipe libfuse can splice through (fs.pipe-max-size)
+  size_t splice_max = 0;       // the largest request whose reply fits libfuse's pipe (splice_max_read)
   size_t max_read = 0;         // requests' largest size, when capped (fusefs/mount.cpp); 0: the kernel's
   PerFileReadahead readahead;  // enabled by fusefs/mount.cpp when the daemon can write sysfs
   ReadsInFlight reads;

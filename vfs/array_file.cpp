@@ -107,9 +107,9 @@ class ArrayOpenFile final : public OpenFile {
     const ReadFollowUp next = policy_.after_read(off, n, [&](ByteRange r) {
       return engine.bytes_decoded(*array_, r.off, r.len);
     });
-    pushes.before[0] = next.around[0];
-    pushes.before[1] = next.around[1];
-    pushes.after = next.ahead;
+    pushes.ranges[0] = next.around[0];
+    pushes.ranges[1] = next.around[1];
+    pushes.ranges[2] = next.ahead;
     if (next.prefetch.len > 0) {
       try {
         engine.prefetch_bytes(*array_, next.prefetch.off, next.prefetch.len, next.cover);

@@ -155,8 +155,7 @@ class OpenFile {
   // ahead. The FUSE adapter pushes them (notify_store).
   using Range = ByteRange;
   struct Pushes {
-    Range before[2];
-    Range after;
+    Range ranges[3];  // the read's units on both sides of it, then a stream's units ahead
   };
   // read(), also filling `pushes`. Default: nothing to push.
   virtual size_t read_pushing(uint64_t off, size_t size, char* buf, Pushes& pushes) {
