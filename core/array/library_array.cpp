@@ -198,9 +198,9 @@ std::vector<uint8_t> library_read_local(H5File& file, const std::string& dset_pa
   }
   // The file type itself, unless its bytes are not numpy's: then the standard type.
   h5::Handle mtype = info->convert_type ? h5::standard_type(ftype.get()) : h5::Handle();
-  h5::check(H5Dread(dset.get(), mtype ? mtype.get() : ftype.get(), mspace.get(), fspace.get(), H5P_DEFAULT,
-                    buf.data()),
-            "H5Dread");
+  const hid_t read_type = mtype ? mtype.get() : ftype.get();
+  h5::Handle xfer = h5::transfer_for(ftype.get(), read_type, product(count));
+  h5::check(H5Dread(dset.get(), read_type, mspace.get(), fspace.get(), xfer.get(), buf.data()), "H5Dread");
   const bool zeros = h5::gaps_read_as_zeros(ftype.get());
   lk.unlock();
   if (zeros) zero_gaps(info->dtype, buf);

@@ -76,8 +76,9 @@ bool read_ints_at(hid_t loc, const std::string& what, const std::string& path, u
   }
   hsize_t mdim = count;
   Handle mspace = h5::check(H5Screate_simple(1, &mdim, nullptr), "H5Screate_simple");
-  h5::check(H5Dread(d.get(), memtype, mspace.get(), space.get(), H5P_DEFAULT, out.data()),
-            what + ": read");
+  Handle ftype = h5::check(H5Dget_type(d.get()), "H5Dget_type");
+  Handle xfer = h5::transfer_for(ftype.get(), memtype, count);
+  h5::check(H5Dread(d.get(), memtype, mspace.get(), space.get(), xfer.get(), out.data()), what + ": read");
   return true;
 }
 
@@ -269,7 +270,8 @@ std::vector<std::string> read_strings(H5File& f, const std::string& path) {
     H5Tset_size(mtype.get(), H5T_VARIABLE);
     H5Tset_cset(mtype.get(), H5Tget_cset(ftype.get()));
     std::vector<char*> ptrs(n, nullptr);
-    h5::check(H5Dread(d.get(), mtype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()),
+    Handle xfer = h5::transfer_for(ftype.get(), mtype.get(), n);
+    h5::check(H5Dread(d.get(), mtype.get(), H5S_ALL, H5S_ALL, xfer.get(), ptrs.data()),
               f.path() + ":" + path + ": read");
     for (char* p : ptrs) out.emplace_back(p ? p : "");
     H5Dvlen_reclaim(mtype.get(), space.get(), H5P_DEFAULT, ptrs.data());
@@ -279,7 +281,8 @@ std::vector<std::string> read_strings(H5File& f, const std::string& path) {
     H5Tset_size(mtype.get(), sz);
     H5Tset_strpad(mtype.get(), H5T_STR_NULLPAD);
     std::vector<char> buf(sz * n);
-    h5::check(H5Dread(d.get(), mtype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()),
+    Handle xfer = h5::transfer_for(ftype.get(), mtype.get(), n);
+    h5::check(H5Dread(d.get(), mtype.get(), H5S_ALL, H5S_ALL, xfer.get(), buf.data()),
               f.path() + ":" + path + ": read");
     for (size_t i = 0; i < n; ++i) {
       const char* p = buf.data() + i * sz;

@@ -1,5 +1,6 @@
 #include "core/h5lib/h5lib.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -22,6 +23,21 @@ std::recursive_mutex& mutex() {
 void release_free_lists() {
   auto lk = lock();
   H5garbage_collect();
+}
+
+Handle transfer_for(hid_t file_type, hid_t mem_type, uint64_t elements) {
+  auto lk = lock();
+  // libhdf5's default (H5D_TEMP_BUF_SIZE); and a floor well above any element a metadata read
+  // converts: libhdf5 refuses a buffer smaller than the largest form an element takes during its
+  // conversion ("temporary buffer max size is too small"), which for strings and compounds is
+  // larger than either type's H5Tget_size.
+  constexpr uint64_t kDefault = 1u << 20, kFloor = 64u << 10;
+  const uint64_t elem = std::max<uint64_t>({H5Tget_size(file_type), H5Tget_size(mem_type), 1});
+  Handle p = check(H5Pcreate(H5P_DATASET_XFER), "H5Pcreate(dataset transfer)");
+  if (elem > kFloor / 16) return p;  // wide elements: libhdf5's own sizing
+  const uint64_t need = elements > kDefault / elem ? kDefault : std::max<uint64_t>(elements, 1) * elem;
+  check(H5Pset_buffer(p.get(), static_cast<size_t>(std::max(need, kFloor)), nullptr, nullptr), "H5Pset_buffer");
+  return p;
 }
 
 void init_library() {

@@ -61,6 +61,13 @@ class Handle {
 Handle check(hid_t id, const std::string& what, int code = 5 /*EIO*/);
 void check(herr_t rc, const std::string& what, int code = 5);
 
+// A dataset transfer property list for an H5Dread of `elements` elements between `file_type` and
+// `mem_type`, whose conversion buffer is as large as that read needs (at most libhdf5's default,
+// 1 MiB, above which it converts in pieces). libhdf5 1.10 allocates (and zeroes) the whole default
+// buffer for every converting read, even of one string: a sequence file's few small string reads
+// allocated 1 MiB each (listing a 340-file run, docs/benchmarks.md).
+Handle transfer_for(hid_t file_type, hid_t mem_type, uint64_t elements);
+
 // Truncated files (h5truncated.cpp). libhdf5 refuses a file shorter than the end of address
 // space its superblock stores. The helper (and only it: allow_truncated_files) retries such a
 // file with a read-only driver that accepts it and fails every read reaching past the real end.

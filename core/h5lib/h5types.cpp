@@ -461,7 +461,9 @@ Value read_value(hid_t obj, bool is_attr, uint64_t max_elements) {
                            " bytes, more than the file holds: a damaged type or dataspace>");
   }
   auto rd = [&](hid_t mtype, void* buf) {
-    return is_attr ? H5Aread(obj, mtype, buf) : H5Dread(obj, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+    if (is_attr) return H5Aread(obj, mtype, buf);
+    Handle xfer = transfer_for(type.get(), mtype, n);
+    return H5Dread(obj, mtype, H5S_ALL, H5S_ALL, xfer.get(), buf);
   };
   std::vector<Value> flat;
   flat.reserve(n);
