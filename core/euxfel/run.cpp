@@ -9,6 +9,7 @@
 #include <chrono>
 #include <regex>
 #include <set>
+#include <thread>
 
 #include "core/engine/engine.h"
 #include "core/error.h"
@@ -16,6 +17,7 @@
 #include "core/euxfel/live.h"
 #include "core/euxfel/run_internal.h"
 #include "core/h5lib/h5file.h"
+#include "core/h5lib/h5helper.h"
 #include "core/log.h"
 
 namespace h5d::euxfel {
@@ -79,52 +81,108 @@ void Run::leave_out_files_being_written(std::vector<std::string>& paths) {
 
 constexpr size_t kProgressFiles = 100;
 
+namespace {
+
+// One sequence file as read (or why it was skipped), before it joins the run in path order.
+struct LoadedFile {
+  SequenceFile sf;
+  meta::SequenceMeta meta;
+  std::string error;  // non-empty: skipped
+};
+
+}  // namespace
+
 void Run::load_files(const std::vector<std::string>& paths) {
   // A long scan says how far it got (at info level): every 100 files, or every 2 s.
   const bool long_scan = paths.size() >= kProgressFiles;
   const auto t0 = std::chrono::steady_clock::now();
-  auto last = t0;
   const std::string total = std::to_string(paths.size());
   if (long_scan) log::info("euxfel: " + dir_ + ": opening " + total + " files");
+  // The run's metadata comes from its first readable file (DataCollection.run_metadata uses
+  // files[0]): asked of the first path; read again below should that one be skipped.
+  const bool run_is_new = files_.empty();
+  std::vector<LoadedFile> loaded(paths.size());
+  auto load = [&](size_t i, bool with_metadata) {
+    LoadedFile& l = loaded[i];
+    l.sf.path = paths[i];
+    l.sf.name = paths[i].substr(paths[i].find_last_of('/') + 1);
+    l.sf.size = file_size(paths[i]);
+    try {
+      auto f = engine_.open_file(paths[i]);
+      l.meta = meta::read_sequence_file(*f, with_metadata);
+      l.error.clear();
+    } catch (const std::exception& e) {
+      l.error = e.what();
+    }
+  };
+  // Each file is one request to an HDF5 helper: with several helpers, one thread per helper
+  // takes the files that helper is preferred for (so each file stays open where the run's
+  // later requests for it go), and the helpers work at once. In process (no helpers) libhdf5
+  // runs under one lock anyway: one thread.
+  HelperPool* helpers = engine_.helpers();
+  const size_t workers = helpers ? std::min<size_t>(helpers->options().count, paths.size()) : 1;
+  std::mutex progress_mu;  // a leaf: only the progress line below
   size_t opened = 0;
-  for (const std::string& path : paths) {
+  auto last = t0;
+  auto progress = [&] {
+    if (!long_scan) return;
+    std::lock_guard<std::mutex> lk(progress_mu);
+    ++opened;
     const auto now = std::chrono::steady_clock::now();
-    if (long_scan && opened > 0 && (opened % kProgressFiles == 0 || now - last >= std::chrono::seconds(2))) {
+    if (opened < paths.size() && (opened % kProgressFiles == 0 || now - last >= std::chrono::seconds(2))) {
       log::info("euxfel: " + dir_ + ": opened " + std::to_string(opened) + " of " + total + " files");
       last = now;
     }
-    ++opened;
-    SequenceFile sf;
-    sf.path = path;
-    sf.name = path.substr(path.find_last_of('/') + 1);
-    sf.size = file_size(path);
-    try {
-      auto f = engine_.open_file(path);
-      meta::SequenceMeta m = meta::read_sequence_file(*f, files_.empty());
-      sf.format_version = std::move(m.format_version);
-      sf.train_ids = std::move(m.train_ids);
-      sf.valid = std::move(m.valid);
-      sf.control_sources = std::move(m.control_sources);
-      sf.instrument_sources = std::move(m.instrument_sources);
-      sf.legacy = std::move(m.legacy);
-      sf.source_groups = std::move(m.source_groups);
-      for (auto& [index_path, arrays] : m.index) {
-        auto fi = std::make_shared<FileIndex>();
-        fi->firsts = std::move(arrays.firsts);
-        fi->counts = std::move(arrays.counts);
-        fi->error = std::move(arrays.error);
-        sf.index[index_path] = std::move(fi);
-      }
-      for (const std::string& n : m.notes) note_error(n);
-      if (files_.empty()) {
-        // Run metadata from the first file (DataCollection.run_metadata uses files[0]).
-        format_version_ = sf.format_version;
-        metadata_values_ = std::move(m.metadata_values);
-      }
-    } catch (const std::exception& e) {
+  };
+  auto work = [&](size_t w) {
+    for (size_t i = 0; i < paths.size(); ++i) {
+      if (workers > 1 && helpers->preferred(paths[i]) % workers != w) continue;
+      load(i, run_is_new && i == 0);
+      progress();
+    }
+  };
+  if (workers <= 1) {
+    work(0);
+  } else {
+    std::vector<std::thread> threads;
+    for (size_t w = 1; w < workers; ++w) threads.emplace_back(work, w);
+    work(0);
+    for (std::thread& t : threads) t.join();
+  }
+  for (size_t i = 0; i < loaded.size(); ++i) {
+    LoadedFile& l = loaded[i];
+    if (!l.error.empty()) {
       // DataCollection.from_paths: "Skipping file ..." and goes on with the others.
-      note_error("skipping " + sf.name + ": " + e.what());
+      note_error("skipping " + l.sf.name + ": " + l.error);
       continue;
+    }
+    if (files_.empty() && run_is_new && i > 0) {
+      load(i, true);  // the first path was skipped: this one is the run's first file
+      if (!l.error.empty()) {
+        note_error("skipping " + l.sf.name + ": " + l.error);
+        continue;
+      }
+    }
+    SequenceFile sf = std::move(l.sf);
+    meta::SequenceMeta& m = l.meta;
+    sf.format_version = std::move(m.format_version);
+    sf.train_ids = std::move(m.train_ids);
+    sf.valid = std::move(m.valid);
+    sf.control_sources = std::move(m.control_sources);
+    sf.instrument_sources = std::move(m.instrument_sources);
+    sf.legacy = std::move(m.legacy);
+    sf.source_groups = std::move(m.source_groups);
+    for (auto& [index_path, arrays] : m.index) {
+      auto fi = std::make_shared<FileIndex>();
+      fi->firsts = std::move(arrays.firsts);
+      fi->counts = std::move(arrays.counts);
+      fi->error = std::move(arrays.error);
+      sf.index[index_path] = std::move(fi);
+    }
+    for (const std::string& n : m.notes) note_error(n);
+    if (files_.empty()) {
+      format_version_ = sf.format_version;
+      metadata_values_ = std::move(m.metadata_values);
     }
     files_.push_back(std::move(sf));
   }

@@ -29,13 +29,19 @@ void Run::load_keys_locked(Source& s) {
   std::string base = "/" + section + "/" + data_name;
   try {
     auto f = engine_.open_file(sf.path);
-    for (const std::string& rel : meta::list_datasets(*f, base)) {
+    const std::vector<std::string> rels = meta::list_datasets(*f, base);
+    std::vector<std::string> paths;
+    for (const std::string& rel : rels) paths.push_back(base + "/" + rel);
+    // With attributes and small values; all of the source's keys in one helper request.
+    const auto details = f->datasets_details(base, paths);
+    for (size_t i = 0; i < rels.size(); ++i) {
+      const std::string& rel = rels[i];
       KeyInfo k;
       k.name = rel;
       std::replace(k.name.begin(), k.name.end(), '/', '.');
-      k.dset_path = base + "/" + rel;
+      k.dset_path = paths[i];
       k.group = s.is_control() ? "" : k.name.substr(0, k.name.find('.'));
-      auto info = f->dataset_details(k.dset_path);  // with attributes and small value
+      const auto& info = details[i];
       k.is_array = info->is_array;
       k.why_not_array = info->why_not_array;
       k.hdf5_type = info->hdf5_type;

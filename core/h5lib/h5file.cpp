@@ -699,6 +699,37 @@ std::shared_ptr<const DatasetInfo> H5File::dataset_details(const std::string& ds
   return d;
 }
 
+std::vector<std::shared_ptr<const DatasetInfo>> H5File::datasets_details(const std::string& group,
+                                                                         const std::vector<std::string>& dset_paths) {
+  std::vector<std::shared_ptr<const DatasetInfo>> out;
+  out.reserve(dset_paths.size());
+  HelperPool* hp = engine_.helpers();
+  if (!hp || dset_paths.size() == 1) {
+    for (const std::string& p : dset_paths) out.push_back(dataset_details(p));
+    return out;
+  }
+  auto got = helper::call<std::vector<std::pair<DatasetInfo, StorageInfo>>>(*hp, proto::Op::DatasetsDetails, path_,
+                                                                           group, group, dset_paths);
+  if (got.size() != dset_paths.size())
+    fail(EIO, path_ + ":" + group + ": datasets_details from the HDF5 helper: " + std::to_string(got.size()) +
+                  " answers for " + std::to_string(dset_paths.size()) + " datasets");
+  for (size_t i = 0; i < got.size(); ++i) {
+    auto& [info, st] = got[i];
+    proto::validate(info, st);
+    // Each answer is for the dataset asked (or, through an external link, for its target in
+    // another file): anything else is a helper out of step.
+    if (info.file == path_ && info.path != dset_paths[i])
+      fail(EIO, path_ + ":" + dset_paths[i] + ": datasets_details from the HDF5 helper answered for " + info.path);
+    auto full = std::make_shared<const DatasetInfo>(std::move(info));
+    auto listed = std::make_shared<DatasetInfo>(*full);
+    listed->attrs.clear();
+    listed->small_value = Value{};
+    remember(dset_paths[i], listed, st);
+    out.push_back(std::move(full));
+  }
+  return out;
+}
+
 StorageInfo H5File::storage_info(const std::string& dset_path) {
   dataset_info(dset_path);
   std::lock_guard<std::mutex> lk(mu_);

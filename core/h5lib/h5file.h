@@ -117,6 +117,11 @@ class H5File : public std::enable_shared_from_this<H5File> {
   // dataset_info plus what listing does not need: attribute values (attrs) and, for a
   // non-array, its value when small (small_value). Not cached; for sidecars.
   std::shared_ptr<const DatasetInfo> dataset_details(const std::string& dset_path);
+  // dataset_details of several datasets (in `group`, for messages), in their order: with HDF5
+  // helpers one round trip for all (the run view's keys of a source: one request, not one per
+  // key). Throws for the first that fails, as dataset_details would.
+  std::vector<std::shared_ptr<const DatasetInfo>> datasets_details(const std::string& group,
+                                                                   const std::vector<std::string>& dset_paths);
   // The dataset's bytes as an Array (cached). Throws Error(EINVAL) when it is not an array.
   ArrayPtr dataset_array(const std::string& dset_path);
   // Reads a whole small dataset as a Value (strings included); used for run metadata.

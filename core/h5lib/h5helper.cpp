@@ -297,11 +297,13 @@ uint64_t HelperPool::failures() const {
   return failures_;
 }
 
+size_t HelperPool::preferred(const std::string& file) const { return std::hash<std::string>()(file) % slots_.size(); }
+
 size_t HelperPool::acquire(const std::string& file) {
   std::unique_lock<std::mutex> lk(mu_);
   // Requests for one file prefer one helper (its open file and metadata are cached there), but
   // take any idle one rather than wait behind a slow request.
-  const size_t pref = std::hash<std::string>()(file) % slots_.size();
+  const size_t pref = preferred(file);
   for (;;) {
     if (!slots_[pref].busy) {
       slots_[pref].busy = true;
@@ -491,6 +493,16 @@ std::string dispatch(Engine& engine, Op op, proto::In& in, const std::string& fi
     case Op::MetaListDatasets: proto::put(o, meta::list_datasets(*f, arg<std::string>(in))); break;
     case Op::MetaListMembers: proto::put(o, meta::list_members(*f, arg<std::string>(in))); break;
     case Op::MetaSequenceFile: proto::put(o, meta::read_sequence_file(*f, arg<bool>(in))); break;
+    case Op::DatasetsDetails: {
+      arg<std::string>(in);  // the group they are in: for messages only
+      const auto paths = arg<std::vector<std::string>>(in);
+      o.u64(paths.size());
+      for (const std::string& p : paths) {
+        proto::put(o, *f->dataset_details(p));
+        proto::put(o, f->storage_info(p));
+      }
+      break;
+    }
     default: fail(EINVAL, std::string("not a read request: ") + proto::op_name(op));  // the Write* ops: serve_write
   }
   in.end();

@@ -96,6 +96,9 @@ class HelperPool {
                    const std::string& body, uint32_t max_reply);
 
   const HelperOptions& options() const { return opts_; }
+  // The helper a file's requests go to when it is idle (its open file and metadata are cached
+  // there): callers that spread many files' requests over the helpers split them by it.
+  size_t preferred(const std::string& file) const;
 
   // Counters (stats.json).
   uint64_t requests() const;

@@ -26,6 +26,7 @@ const char* op_name(Op op) {
     case Op::MetaListMembers: return "list_members";
     case Op::DatasetDetails: return "dataset_details";
     case Op::MetaSequenceFile: return "read_sequence_file";
+    case Op::DatasetsDetails: return "datasets_details";
     case Op::WriteCreateFile: return "create_file (H5Fcreate)";
     case Op::WriteExists: return "exists (H5Lexists)";
     case Op::WriteCreateGroup: return "create_group (H5Gcreate2)";

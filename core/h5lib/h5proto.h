@@ -18,7 +18,7 @@
 namespace h5d::proto {
 
 constexpr uint32_t kMagic = 0x49443548;  // "H5DI" little-endian
-constexpr uint16_t kVersion = 4;  // 2: MetaSequenceFile; 3: LinkEntry::file; 4: the Write* ops
+constexpr uint16_t kVersion = 5;  // 2: MetaSequenceFile; 3: LinkEntry::file; 4: the Write* ops; 5: DatasetsDetails
 constexpr size_t kHeaderSize = 16;        // magic u32, version u16, kind u16, seq u32, length u32
 constexpr uint32_t kMaxRequest = 1u << 20;
 // WriteChunk carries a chunk's encoded bytes: chunks are below 4 GiB (plan_dataset) and at most
@@ -49,6 +49,7 @@ enum class Op : uint16_t {
   MetaListMembers,
   DatasetDetails,
   MetaSequenceFile,  // everything Run::open reads from one sequence file (meta::read_sequence_file)
+  DatasetsDetails,   // dataset_details of several datasets of one file (H5File::datasets_details)
   // A written file's writer process (core/writer.cpp, one process per file): the first request
   // creates the file, the others act on it; every one names the file.
   WriteCreateFile,

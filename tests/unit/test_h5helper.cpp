@@ -16,6 +16,7 @@
 
 #include "core/engine/engine.h"
 #include "core/error.h"
+#include "core/euxfel/h5meta.h"
 #include "core/h5lib/h5file.h"
 #include "tests/support/h5fixture.h"
 
@@ -187,4 +188,120 @@ TEST_CASE("helpers: a truncated file serves the chunks before the cut, EIO past 
     }
   }
   CHECK(remote.helpers()->failures() == 0);
+}
+
+TEST_CASE("helpers: datasets_details answers as dataset_details does, in one request for all", "[h5helper]") {
+  FileSpec f;
+  f.path = scratch_path("helper_batch.h5");
+  for (const char* name : {"a", "b", "c"}) {
+    DsetSpec d;
+    d.name = name;
+    d.type = H5T_IEEE_F32LE;
+    d.dims = {4, 3};
+    d.chunks = {1, 3};
+    d.deflate = std::strcmp(name, "b") == 0;
+    write_dataset(f, d);
+  }
+  {  // an attribute on /b, which the batch must carry like the single request
+    hid_t fid = H5Fopen(f.path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t did = H5Dopen2(fid, "/b", H5P_DEFAULT);
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t aid = H5Acreate2(did, "units", H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    const int64_t v = 42;
+    H5Awrite(aid, H5T_NATIVE_INT64, &v);
+    H5Aclose(aid);
+    H5Sclose(sp);
+    H5Dclose(did);
+    H5Fclose(fid);
+  }
+  EngineOptions local_opts = with_helpers();
+  local_opts.helper.path.clear();
+  Engine local(local_opts), remote(with_helpers());
+  auto lf = local.open_file(f.path), rf = remote.open_file(f.path);
+  const std::vector<std::string> paths = {"/a", "/b", "/c"};
+  const uint64_t before = remote.helpers()->requests();
+  auto got = rf->datasets_details("/", paths);
+  CHECK(remote.helpers()->requests() - before == 1);
+  REQUIRE(got.size() == paths.size());
+  for (size_t i = 0; i < paths.size(); ++i) {
+    INFO(paths[i]);
+    auto want = lf->dataset_details(paths[i]);
+    CHECK(got[i]->path == paths[i]);
+    CHECK(got[i]->shape == want->shape);
+    CHECK(got[i]->dtype.typestr == want->dtype.typestr);
+    CHECK(got[i]->chunks == want->chunks);
+    CHECK(got[i]->filters.size() == want->filters.size());
+    CHECK(got[i]->read_path == want->read_path);
+    REQUIRE(got[i]->attrs.size() == want->attrs.size());
+    for (size_t k = 0; k < want->attrs.size(); ++k) CHECK(got[i]->attrs[k].first == want->attrs[k].first);
+    // What the batch learnt is kept: the array needs no further request, and reads as H5Dread.
+    const uint64_t r0 = remote.helpers()->requests();
+    CHECK(read_all(remote, f.path, paths[i]) == h5_read_all(f.path, paths[i]));
+    CHECK(remote.helpers()->requests() == r0);
+  }
+  REQUIRE(got[1]->attrs.size() == 1);
+  CHECK(got[1]->attrs[0].first == "units");
+  // One missing dataset fails the batch with the helper's ENOENT, as dataset_details would.
+  try {
+    rf->datasets_details("/", {"/a", "/missing"});
+    FAIL("no error for a missing dataset");
+  } catch (const Error& e) {
+    CHECK(e.code() == ENOENT);
+  }
+  CHECK(remote.helpers()->failures() == 0);
+}
+
+TEST_CASE("helpers: string and integer reads convert in pieces when larger than the transfer buffer", "[h5helper]") {
+  // h5::transfer_for sizes libhdf5's conversion buffer to the read, at most 1 MiB: 200,000
+  // variable-length strings (16 bytes each in the file) and 300,000 big-endian integers convert
+  // in several pieces, and must still read back exactly what was written.
+  const std::string path = scratch_path("helper_strings.h5");
+  const size_t n = 200000, ni = 300000;
+  std::vector<std::string> want(n);
+  for (size_t i = 0; i < n; ++i) want[i] = "s" + std::to_string(i * 7919 % 100003);
+  std::vector<uint64_t> ints(ni);
+  for (size_t i = 0; i < ni; ++i) ints[i] = i * 2654435761u;
+  {
+    hid_t fid = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t vt = H5Tcopy(H5T_C_S1);
+    H5Tset_size(vt, H5T_VARIABLE);
+    hsize_t dims = n;
+    hid_t sp = H5Screate_simple(1, &dims, nullptr);
+    hid_t did = H5Dcreate2(fid, "/vlen", vt, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    std::vector<const char*> ptrs(n);
+    for (size_t i = 0; i < n; ++i) ptrs[i] = want[i].c_str();
+    REQUIRE(H5Dwrite(did, vt, H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()) >= 0);
+    H5Dclose(did);
+    hid_t ft = H5Tcopy(H5T_C_S1);
+    H5Tset_size(ft, 12);
+    std::vector<char> fixed(n * 12, 0);
+    for (size_t i = 0; i < n; ++i) std::memcpy(&fixed[i * 12], want[i].data(), std::min<size_t>(12, want[i].size()));
+    did = H5Dcreate2(fid, "/fixed", ft, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    REQUIRE(H5Dwrite(did, ft, H5S_ALL, H5S_ALL, H5P_DEFAULT, fixed.data()) >= 0);
+    H5Dclose(did);
+    H5Sclose(sp);
+    dims = ni;
+    sp = H5Screate_simple(1, &dims, nullptr);
+    did = H5Dcreate2(fid, "/ints", H5T_STD_U64BE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    REQUIRE(H5Dwrite(did, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, ints.data()) >= 0);
+    H5Dclose(did);
+    H5Sclose(sp);
+    H5Tclose(ft);
+    H5Tclose(vt);
+    H5Fclose(fid);
+  }
+  EngineOptions local_opts = with_helpers();
+  local_opts.helper.path.clear();
+  Engine local(local_opts), remote(with_helpers());
+  for (Engine* e : {&local, &remote}) {
+    INFO((e == &local ? "in process" : "helper"));
+    auto f = e->open_file(path);
+    CHECK(euxfel::meta::read_strings(*f, "/vlen") == want);
+    auto fixed = euxfel::meta::read_strings(*f, "/fixed");
+    REQUIRE(fixed.size() == n);
+    for (size_t i = 0; i < n; i += 997) CHECK(fixed[i] == want[i].substr(0, 12));
+    std::vector<uint64_t> got;
+    REQUIRE(euxfel::meta::try_read_u64(*f, "/ints", got, ni));
+    CHECK(got == ints);
+  }
 }
