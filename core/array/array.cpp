@@ -1,6 +1,8 @@
 #include "core/array/array.h"
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 
 #include "core/error.h"
 
@@ -34,8 +36,9 @@ ByteSpan shifted_span(const Array& part, uint64_t part_lo, uint64_t run_lo, uint
   return {std::max(lo, run_lo), std::min(hi, run_hi)};
 }
 
-ConcatArray::ConcatArray(std::vector<Part> parts, Shape trailing, DType dtype, std::string what)
-    : trailing_(std::move(trailing)), dtype_(std::move(dtype)), what_(std::move(what)) {
+ConcatArray::ConcatArray(std::vector<Part> parts, Shape trailing, DType dtype, std::string what, size_t open_at_once)
+    : open_at_once_(std::max<size_t>(open_at_once, 1)), trailing_(std::move(trailing)), dtype_(std::move(dtype)),
+      what_(std::move(what)) {
   uint64_t rows = 0;
   for (Part& p : parts) {
     if (p.rows == 0) continue;
@@ -72,11 +75,47 @@ ArrayPtr ConcatArray::part_array(size_t i) const {
   return arrays_[i];
 }
 
+std::map<size_t, std::exception_ptr> ConcatArray::open_parts(const Region& r) const {
+  std::map<size_t, std::exception_ptr> failed;
+  if (open_at_once_ < 2) return failed;
+  std::vector<size_t> todo;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for_each_row_block(
+        offsets_, [&](size_t i) { return parts_[i].rows; }, [&](size_t i) { return parts_[i].begin; }, r,
+        [&](size_t i, const Region&, uint64_t) {
+          if (!arrays_[i]) todo.push_back(i);
+        });
+  }
+  if (todo.size() < 2) return failed;
+  std::mutex failed_mu;  // a leaf: only `failed`
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < todo.size();) {
+      try {
+        part_array(todo[k]);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(failed_mu);
+        failed[todo[k]] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < std::min(open_at_once_, todo.size()); ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  return failed;
+}
+
 template <class Fn>
 void ConcatArray::for_each_part(const Region& r, Fn&& fn) const {
+  const std::map<size_t, std::exception_ptr> failed = open_parts(r);
   for_each_row_block(
       offsets_, [&](size_t i) { return parts_[i].rows; }, [&](size_t i) { return parts_[i].begin; }, r,
-      [&](size_t i, const Region& sub, uint64_t out_row) { fn(part_array(i), sub, out_row); });
+      [&](size_t i, const Region& sub, uint64_t out_row) {
+        if (auto it = failed.find(i); it != failed.end()) std::rethrow_exception(it->second);
+        fn(part_array(i), sub, out_row);
+      });
 }
 
 void ConcatArray::plan(const Region& r, const DestView& dst, ReadPlan& plan) const {
@@ -114,12 +153,19 @@ bool ConcatArray::file_runs(uint64_t off, uint64_t len, std::vector<FileRun>& ou
   const uint64_t row_bytes = product(trailing_) * dtype_.itemsize;
   if (row_bytes == 0 || off >= nbytes() || len > nbytes() - off) return false;
   const size_t mark = out.size();
+  Region rows;  // the rows these bytes touch: their parts are opened at once
+  rows.start.assign(shape_.size(), 0);
+  rows.count = shape_;
+  rows.start[0] = off / row_bytes;
+  rows.count[0] = (off + len + row_bytes - 1) / row_bytes - rows.start[0];
+  const std::map<size_t, std::exception_ptr> failed = open_parts(rows);
   for (uint64_t pos = off, end = off + len; pos < end;) {
     const uint64_t row = pos / row_bytes;
     const size_t i = size_t(std::upper_bound(offsets_.begin(), offsets_.end(), row) - offsets_.begin()) - 1;
     const uint64_t part_end = (offsets_[i] + parts_[i].rows) * row_bytes;  // in this array's bytes
     const uint64_t n = std::min(end, part_end) - pos;
     const uint64_t part_off = parts_[i].begin * row_bytes + (pos - offsets_[i] * row_bytes);
+    if (auto it = failed.find(i); it != failed.end()) std::rethrow_exception(it->second);
     if (!part_array(i)->file_runs(part_off, n, out)) {
       out.resize(mark);
       return false;

@@ -5,7 +5,9 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -149,7 +151,10 @@ class ConcatArray final : public Array {
     uint64_t begin = 0, rows = 0;    // rows [begin, begin + rows) of the part's array
     std::string what;                // names the part in errors
   };
-  ConcatArray(std::vector<Part> parts, Shape trailing, DType dtype, std::string what);
+  // `open_at_once`: how many of a read's unopened parts are opened at the same time (their
+  // `open`s are independent, e.g. one HDF5 helper request each: the run view passes its helper
+  // count); 1 opens them one after the other.
+  ConcatArray(std::vector<Part> parts, Shape trailing, DType dtype, std::string what, size_t open_at_once = 1);
   const Shape& shape() const override { return shape_; }
   const DType& dtype() const override { return dtype_; }
   void plan(const Region& r, const DestView& dst, ReadPlan& plan) const override;
@@ -168,7 +173,11 @@ class ConcatArray final : public Array {
   template <class Fn>
   void for_each_part(const Region& r, Fn&& fn) const;
   ArrayPtr part_array(size_t i) const;
+  // Opens the parts `r` touches that are not open yet, open_at_once_ at a time; what each
+  // failed open threw, by part, for for_each_part to rethrow where the part is reached.
+  std::map<size_t, std::exception_ptr> open_parts(const Region& r) const;
   std::vector<Part> parts_;
+  size_t open_at_once_ = 1;
   std::vector<uint64_t> offsets_;  // first output row of each part
   Shape trailing_, shape_;
   DType dtype_;

@@ -12,6 +12,7 @@
 #include "core/euxfel/h5meta.h"
 #include "core/euxfel/run_internal.h"
 #include "core/h5lib/h5file.h"
+#include "core/h5lib/h5helper.h"
 #include "core/log.h"
 
 namespace h5d::euxfel {
@@ -218,8 +219,11 @@ ArrayPtr Run::key_array(const std::string& source, const std::string& key) {
     parts.push_back({[&engine, path, dset] { return engine.open_file(path)->dataset_array(dset); },
                      b.first, b.rows, path});
   }
+  // Each part's open is one HDF5 helper request (its dataset's metadata in its file): a read
+  // over many files opens them on all helpers at once.
+  const size_t at_once = engine_.helpers() ? engine_.helpers()->options().count : 1;
   auto a = std::make_shared<ConcatArray>(std::move(parts), k.entry_shape, k.dtype,
-                                         dir_ + ": " + source + " " + key);
+                                         dir_ + ": " + source + " " + key, at_once);
   s.arrays_[key] = a;
   return a;
 }

@@ -4,7 +4,13 @@
 // concatenation, a VDS over files and stacked detector modules (both layouts).
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+
+#include "core/array/array.h"
 #include "core/engine/engine.h"
+#include "core/error.h"
 #include "core/h5lib/h5file.h"
 #include "core/array/stack_array.h"
 #include "tests/support/h5fixture.h"
@@ -175,4 +181,54 @@ TEST_CASE("decode spans of stacked modules are one module's bytes", "[core][span
       }
     }
   }
+}
+
+TEST_CASE("a concatenation opens the parts a read touches at once, and only those", "[core][concat]") {
+  // Six in-memory parts of 4 rows x 8 bytes, each row filled with its global row number; part 3
+  // cannot be opened. open_at_once = 3: a read of parts 0-2 opens those three concurrently
+  // (each open waits until three are in flight, so a one-at-a-time open would time out).
+  DType t;
+  t.typestr = "|u1";
+  t.itemsize = 1;
+  std::mutex mu;
+  std::condition_variable cv;
+  int in_flight = 0, most = 0;
+  std::vector<int> opened(6, 0);
+  std::vector<ConcatArray::Part> parts;
+  for (size_t p = 0; p < 6; ++p) {
+    parts.push_back({[&, p]() -> ArrayPtr {
+                       {
+                         std::unique_lock<std::mutex> lk(mu);
+                         ++opened[p];
+                         most = std::max(most, ++in_flight);
+                         cv.notify_all();
+                         cv.wait_for(lk, std::chrono::seconds(2), [&] { return in_flight >= 3 || p >= 3; });
+                         --in_flight;
+                       }
+                       if (p == 3) throw Error(EIO, "part 3 is damaged");
+                       std::vector<uint8_t> bytes(4 * 8);
+                       for (int r = 0; r < 4; ++r) std::fill(bytes.begin() + r * 8, bytes.begin() + r * 8 + 8, uint8_t(p * 4 + size_t(r)));
+                       return std::make_shared<MemoryArray>(Shape{4, 8}, t, std::move(bytes), "part");
+                     },
+                     0, 4, "part" + std::to_string(p)});
+  }
+  Engine e(opts());
+  auto a = std::make_shared<ConcatArray>(std::move(parts), Shape{8}, t, "concat", 3);
+  std::vector<uint8_t> out(12 * 8);
+  e.read_bytes(*a, 0, out.size(), out.data());
+  for (size_t i = 0; i < out.size(); ++i) REQUIRE(out[i] == i / 8);
+  CHECK(most == 3);
+  CHECK(opened == std::vector<int>{1, 1, 1, 0, 0, 0});  // parts 3-5 untouched
+  // A read over parts 3-5: part 3's own error, naming it; parts 4 and 5 still read.
+  try {
+    e.read_bytes(*a, 12 * 8, 12 * 8, out.data());
+    FAIL("no error for the damaged part");
+  } catch (const Error& err) {
+    CHECK(std::string(err.what()).find("part3") != std::string::npos);
+    CHECK(std::string(err.what()).find("part 3 is damaged") != std::string::npos);
+  }
+  e.read_bytes(*a, 16 * 8, 8 * 8, out.data());
+  for (size_t i = 0; i < 8 * 8; ++i) REQUIRE(out[i] == 16 + i / 8);
+  CHECK(opened[4] == 1);
+  CHECK(opened[5] == 1);
 }
