@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/euxfel/run.h"
 #include "core/h5lib/h5file.h"
+#include "core/h5lib/h5helper.h"
 
 using h5d::euxfel::Run;
 using h5d::euxfel::RunOptions;
@@ -300,4 +301,79 @@ TEST_CASE("euxfel: run directory recognition", "[euxfel]") {
   CHECK_FALSE(h5d::euxfel::is_sequence_file_name("RAW-R0338-OVERVIEW.h5"));
   CHECK_FALSE(h5d::euxfel::is_sequence_file_name("data.h5"));
   CHECK_FALSE(h5d::euxfel::looks_like_run_dir("/nonexistent"));
+}
+
+TEST_CASE("euxfel: a run opened through HDF5 helpers (its files read in parallel) equals one opened in process",
+          "[euxfel]") {
+  if (!have_generator()) {
+    WARN("skipped: /usr/bin/python3 with h5py and numpy is needed to write test runs");
+    return;
+  }
+  std::string out = generate("--format 1.3");
+  REQUIRE(!out.empty());
+  auto m = load_manifest(out);
+  const std::string dir = m["run_dir"].get<std::string>();
+  h5d::EngineOptions with_helpers;
+  with_helpers.helper = h5d::HelperOptions{H5D_HELPER_PATH, 2, 20000, 30000};
+  auto same = [](Run& a, Run& b) {
+    REQUIRE(b.files().size() == a.files().size());
+    for (size_t i = 0; i < a.files().size(); ++i) {
+      CHECK(b.files()[i].name == a.files()[i].name);
+      CHECK(b.files()[i].train_ids == a.files()[i].train_ids);
+      CHECK(b.files()[i].index.size() == a.files()[i].index.size());
+    }
+    CHECK(b.train_ids() == a.train_ids());
+    CHECK(b.format_version() == a.format_version());
+    CHECK(b.source_names() == a.source_names());
+    // The same notes (the reasons' wording may differ: a helper's error names the request).
+    const auto ea = a.errors(), eb = b.errors();
+    REQUIRE(eb.size() == ea.size());
+    for (size_t i = 0; i < ea.size(); ++i) CHECK(eb[i].substr(0, eb[i].find(": ")) == ea[i].substr(0, ea[i].find(": ")));
+    const h5d::Value ma = a.metadata(), mb = b.metadata();
+    REQUIRE(mb.members.size() == ma.members.size());
+    for (size_t i = 0; i < ma.members.size(); ++i) {
+      CHECK(mb.members[i].first == ma.members[i].first);
+      CHECK(mb.members[i].second.s == ma.members[i].second.s);
+    }
+    for (const std::string& src : a.source_names()) {
+      INFO(src);
+      auto keys = a.keys(src);
+      REQUIRE(!keys.empty());
+      REQUIRE(b.keys(src).size() == keys.size());
+      for (const auto& k : keys) {
+        if (!k.is_array) continue;
+        INFO(k.name);
+        CHECK(read_all(a.engine(), *a.key_array(src, k.name)) == read_all(b.engine(), *b.key_array(src, k.name)));
+        break;  // one array per source: the parts' opens in parallel against one at a time
+      }
+    }
+  };
+  std::string first;
+  {
+    h5d::Engine local(h5d::EngineOptions{}), remote(with_helpers);
+    auto a = Run::open(local, dir), b = Run::open(remote, dir);
+    same(*a, *b);
+    first = a->files().front().name;
+  }
+  // The first file damaged (its bytes replaced): skipped by both, and the run's metadata comes
+  // from the next file, as EXtra-data takes files[0] of those it could open.
+  const std::string broken = out + "/broken_run";
+  REQUIRE(std::system(("cp -r '" + dir + "' '" + broken + "'").c_str()) == 0);
+  {
+    std::fstream f(broken + "/" + first, std::ios::in | std::ios::out | std::ios::binary);
+    REQUIRE(f.good());
+    const std::string junk(4096, 'x');
+    f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  {
+    h5d::Engine local(h5d::EngineOptions{}), remote(with_helpers);
+    auto a = Run::open(local, broken), b = Run::open(remote, broken);
+    same(*a, *b);
+    CHECK(a->files().front().name != first);
+    bool said = false;
+    for (const std::string& e : b->errors()) said |= e.find("skipping " + first) != std::string::npos;
+    CHECK(said);
+    CHECK(!b->metadata().members.empty());
+  }
+  std::system(("rm -rf '" + out + "'").c_str());
 }
