@@ -362,6 +362,13 @@ std::shared_ptr<const DatasetInfo> H5File::remote_info(HelperPool& hp, proto::Op
   return std::make_shared<const DatasetInfo>(std::move(got.first));
 }
 
+void H5File::remember_listed(const std::string& dset_path, const DatasetInfo& details, const StorageInfo& st) {
+  auto listed = std::make_shared<DatasetInfo>(details);
+  listed->attrs.clear();
+  listed->small_value = Value{};
+  remember(dset_path, std::move(listed), st);
+}
+
 std::shared_ptr<const DatasetInfo> H5File::remember(const std::string& dset_path,
                                                     std::shared_ptr<const DatasetInfo> info, const StorageInfo& st) {
   std::lock_guard<std::mutex> lk(mu_);
@@ -670,10 +677,7 @@ std::shared_ptr<const DatasetInfo> H5File::dataset_details(const std::string& ds
   if (HelperPool* hp = engine_.helpers()) {  // one round trip; what listing needs is kept
     StorageInfo st;
     auto full = remote_info(*hp, proto::Op::DatasetDetails, dset_path, st);
-    auto listed = std::make_shared<DatasetInfo>(*full);
-    listed->attrs.clear();
-    listed->small_value = Value{};
-    remember(dset_path, listed, st);
+    remember_listed(dset_path, *full, st);
     return full;
   }
   auto d = std::make_shared<DatasetInfo>(*dataset_info(dset_path));
@@ -721,10 +725,7 @@ std::vector<std::shared_ptr<const DatasetInfo>> H5File::datasets_details(const s
     if (info.file == path_ && info.path != dset_paths[i])
       fail(EIO, path_ + ":" + dset_paths[i] + ": datasets_details from the HDF5 helper answered for " + info.path);
     auto full = std::make_shared<const DatasetInfo>(std::move(info));
-    auto listed = std::make_shared<DatasetInfo>(*full);
-    listed->attrs.clear();
-    listed->small_value = Value{};
-    remember(dset_paths[i], listed, st);
+    remember_listed(dset_paths[i], *full, st);
     out.push_back(std::move(full));
   }
   return out;

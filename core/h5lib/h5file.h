@@ -144,6 +144,9 @@ class H5File : public std::enable_shared_from_this<H5File> {
   std::shared_ptr<const DatasetInfo> remote_info(HelperPool& hp, proto::Op op, const std::string& dset_path,
                                                  StorageInfo& st);
   // Caches info and st (the first one kept when two threads race); returns the cached info.
+  // Keeps what listing needs of a helper's dataset_details answer (its attributes and small
+  // value are not cached: dataset_details).
+  void remember_listed(const std::string& dset_path, const DatasetInfo& details, const StorageInfo& st);
   std::shared_ptr<const DatasetInfo> remember(const std::string& dset_path, std::shared_ptr<const DatasetInfo> info,
                                               const StorageInfo& st);
 

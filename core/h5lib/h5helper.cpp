@@ -435,18 +435,16 @@ std::string dispatch(Engine& engine, Op op, proto::In& in, const std::string& fi
   namespace meta = euxfel::meta;
   proto::Out o;
   auto f = engine.open_file(file);
+  auto put_info = [&](const std::string& path, bool details) {  // DatasetInfo, DatasetDetails, DatasetsDetails
+    proto::put(o, details ? *f->dataset_details(path) : *f->dataset_info(path));
+    proto::put(o, f->storage_info(path));
+  };
   switch (op) {
     case Op::ListGroup: proto::put(o, f->list_group(arg<std::string>(in))); break;
     case Op::KindOf: proto::put(o, f->kind_of(arg<std::string>(in))); break;
     case Op::Attributes: proto::put(o, f->attributes(arg<std::string>(in))); break;
     case Op::DatasetInfo:
-    case Op::DatasetDetails: {
-      const auto path = arg<std::string>(in);
-      auto info = op == Op::DatasetInfo ? f->dataset_info(path) : f->dataset_details(path);
-      proto::put(o, *info);
-      proto::put(o, f->storage_info(path));
-      break;
-    }
+    case Op::DatasetDetails: put_info(arg<std::string>(in), op == Op::DatasetDetails); break;
     case Op::ReadValue: {
       const auto path = arg<std::string>(in);
       proto::put(o, f->read_value(path, arg<uint64_t>(in)));
@@ -497,10 +495,7 @@ std::string dispatch(Engine& engine, Op op, proto::In& in, const std::string& fi
       arg<std::string>(in);  // the group they are in: for messages only
       const auto paths = arg<std::vector<std::string>>(in);
       o.u64(paths.size());
-      for (const std::string& p : paths) {
-        proto::put(o, *f->dataset_details(p));
-        proto::put(o, f->storage_info(p));
-      }
+      for (const std::string& p : paths) put_info(p, true);
       break;
     }
     default: fail(EINVAL, std::string("not a read request: ") + proto::op_name(op));  // the Write* ops: serve_write

@@ -31,6 +31,13 @@ EngineOptions with_helpers() {
   return o;
 }
 
+// The same engine options with libhdf5 in this process: the oracle the helpers' answers must equal.
+EngineOptions in_process() {
+  EngineOptions o = with_helpers();
+  o.helper.path.clear();
+  return o;
+}
+
 std::vector<uint8_t> read_all(Engine& e, const std::string& file, const std::string& dset) {
   auto a = e.open_file(file)->dataset_array(dset);
   std::vector<uint8_t> out(a->nbytes());
@@ -53,9 +60,7 @@ TEST_CASE("helpers: metadata and library reads equal the in-process answers and 
     d.deflate = std::strcmp(layout, "chunked") == 0;
     write_dataset(f, d);
   }
-  EngineOptions local_opts = with_helpers();
-  local_opts.helper.path.clear();
-  Engine local(local_opts), remote(with_helpers());
+  Engine local(in_process()), remote(with_helpers());
   REQUIRE(remote.helpers() != nullptr);
   REQUIRE(local.helpers() == nullptr);
   auto lf = local.open_file(f.path), rf = remote.open_file(f.path);
@@ -158,9 +163,7 @@ TEST_CASE("helpers: a truncated file serves the chunks before the cut, EIO past 
   REQUIRE(::truncate(f.path.c_str(), static_cast<off_t>(addr7 + 100)) == 0);
 
   // In process libhdf5 refuses the file, as h5py does.
-  EngineOptions local_opts = with_helpers();
-  local_opts.helper.path.clear();
-  Engine local(local_opts);
+  Engine local(in_process());
   CHECK_THROWS_AS(local.open_file(f.path)->dataset_info("/data"), Error);
 
   Engine remote(with_helpers());
@@ -214,9 +217,7 @@ TEST_CASE("helpers: datasets_details answers as dataset_details does, in one req
     H5Dclose(did);
     H5Fclose(fid);
   }
-  EngineOptions local_opts = with_helpers();
-  local_opts.helper.path.clear();
-  Engine local(local_opts), remote(with_helpers());
+  Engine local(in_process()), remote(with_helpers());
   auto lf = local.open_file(f.path), rf = remote.open_file(f.path);
   const std::vector<std::string> paths = {"/a", "/b", "/c"};
   const uint64_t before = remote.helpers()->requests();
@@ -290,9 +291,7 @@ TEST_CASE("helpers: string and integer reads convert in pieces when larger than 
     H5Tclose(vt);
     H5Fclose(fid);
   }
-  EngineOptions local_opts = with_helpers();
-  local_opts.helper.path.clear();
-  Engine local(local_opts), remote(with_helpers());
+  Engine local(in_process()), remote(with_helpers());
   for (Engine* e : {&local, &remote}) {
     INFO((e == &local ? "in process" : "helper"));
     auto f = e->open_file(path);
