@@ -195,7 +195,7 @@ ArrayPtr ArrayFileNode::listed_rows(ArrayPtr a) const {
   log::info(spec_.what + ": grew since it was listed; this name serves its first " +
             std::to_string(was[0]) + " rows until its directory is listed again");
   const Shape trailing(was.begin() + 1, was.end());
-  std::vector<ConcatArray::Part> parts{{[a] { return a; }, 0, was[0], spec_.what}};
+  std::vector<ConcatArray::Part> parts{{[a] { return a; }, 0, was[0], spec_.what, "", ""}};
   return std::make_shared<ConcatArray>(std::move(parts), trailing, spec_.dtype, spec_.what);
 }
 

@@ -36,8 +36,9 @@ ByteSpan shifted_span(const Array& part, uint64_t part_lo, uint64_t run_lo, uint
   return {std::max(lo, run_lo), std::min(hi, run_hi)};
 }
 
-ConcatArray::ConcatArray(std::vector<Part> parts, Shape trailing, DType dtype, std::string what, size_t open_at_once)
-    : open_at_once_(std::max<size_t>(open_at_once, 1)), trailing_(std::move(trailing)), dtype_(std::move(dtype)),
+ConcatArray::ConcatArray(std::vector<Part> parts, Shape trailing, DType dtype, std::string what, size_t open_at_once,
+                         OpenMany open_many)
+    : open_at_once_(std::max<size_t>(open_at_once, 1)), open_many_(std::move(open_many)), trailing_(std::move(trailing)), dtype_(std::move(dtype)),
       what_(std::move(what)) {
   uint64_t rows = 0;
   for (Part& p : parts) {
@@ -77,7 +78,7 @@ ArrayPtr ConcatArray::part_array(size_t i) const {
 
 std::map<size_t, std::exception_ptr> ConcatArray::open_parts(const Region& r) const {
   std::map<size_t, std::exception_ptr> failed;
-  if (open_at_once_ < 2) return failed;
+  if (open_at_once_ < 2 && !open_many_) return failed;
   std::vector<size_t> todo;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -88,6 +89,14 @@ std::map<size_t, std::exception_ptr> ConcatArray::open_parts(const Region& r) co
         });
   }
   if (todo.size() < 2) return failed;
+  if (open_many_) {
+    std::vector<const Part*> many;
+    for (size_t i : todo) many.push_back(&parts_[i]);
+    try {
+      open_many_(many);
+    } catch (const std::exception&) {  // a hint: each open below still does its own work
+    }
+  }
   std::mutex failed_mu;  // a leaf: only `failed`
   std::atomic<size_t> next{0};
   auto work = [&] {

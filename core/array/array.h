@@ -150,11 +150,18 @@ class ConcatArray final : public Array {
     std::function<ArrayPtr()> open;  // throws h5d::Error when the part cannot be opened
     uint64_t begin = 0, rows = 0;    // rows [begin, begin + rows) of the part's array
     std::string what;                // names the part in errors
+    std::string file, dataset;       // where the part's array is, when it is a dataset (for open_many)
   };
+  // Called, when given, with the parts a read is about to open (two or more) before their
+  // `open`s: lets the owner fetch what those need in one go (the run view: the parts' dataset
+  // metadata in one HDF5 helper request per helper, H5File::prefetch_infos). A hint: what it
+  // throws is ignored, and each `open` still does (or redoes) its own work.
+  using OpenMany = std::function<void(const std::vector<const Part*>&)>;
   // `open_at_once`: how many of a read's unopened parts are opened at the same time (their
   // `open`s are independent, e.g. one HDF5 helper request each: the run view passes its helper
   // count); 1 opens them one after the other.
-  ConcatArray(std::vector<Part> parts, Shape trailing, DType dtype, std::string what, size_t open_at_once = 1);
+  ConcatArray(std::vector<Part> parts, Shape trailing, DType dtype, std::string what, size_t open_at_once = 1,
+              OpenMany open_many = {});
   const Shape& shape() const override { return shape_; }
   const DType& dtype() const override { return dtype_; }
   void plan(const Region& r, const DestView& dst, ReadPlan& plan) const override;
@@ -178,6 +185,7 @@ class ConcatArray final : public Array {
   std::map<size_t, std::exception_ptr> open_parts(const Region& r) const;
   std::vector<Part> parts_;
   size_t open_at_once_ = 1;
+  OpenMany open_many_;
   std::vector<uint64_t> offsets_;  // first output row of each part
   Shape trailing_, shape_;
   DType dtype_;

@@ -217,13 +217,20 @@ ArrayPtr Run::key_array(const std::string& source, const std::string& key) {
     Engine& engine = engine_;
     const std::string dset = k.dset_path;
     parts.push_back({[&engine, path, dset] { return engine.open_file(path)->dataset_array(dset); },
-                     b.first, b.rows, path});
+                     b.first, b.rows, path, path, dset});
   }
-  // Each part's open is one HDF5 helper request (its dataset's metadata in its file): a read
-  // over many files opens them on all helpers at once.
+  // Each part's open needs its dataset's metadata in its file, from an HDF5 helper: a read over
+  // many files fetches them in one request per helper (all helpers at once), then opens the
+  // parts (the chunk index, read in this process) on as many threads as there are helpers.
   const size_t at_once = engine_.helpers() ? engine_.helpers()->options().count : 1;
+  Engine& engine = engine_;
+  auto open_many = [&engine](const std::vector<const ConcatArray::Part*>& many) {
+    std::vector<std::pair<std::string, std::string>> items;
+    for (const ConcatArray::Part* p : many) items.emplace_back(p->file, p->dataset);
+    H5File::prefetch_infos(engine, items);
+  };
   auto a = std::make_shared<ConcatArray>(std::move(parts), k.entry_shape, k.dtype,
-                                         dir_ + ": " + source + " " + key, at_once);
+                                         dir_ + ": " + source + " " + key, at_once, open_many);
   s.arrays_[key] = a;
   return a;
 }

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <list>
+#include <system_error>
+#include <thread>
 
 #include "core/array/dataset.h"
 #include "core/engine/engine.h"
@@ -729,6 +731,80 @@ std::vector<std::shared_ptr<const DatasetInfo>> H5File::datasets_details(const s
     out.push_back(std::move(full));
   }
   return out;
+}
+
+void H5File::prefetch_infos(Engine& engine, const std::vector<std::pair<std::string, std::string>>& items) {
+  HelperPool* hp = engine.helpers();
+  if (!hp || items.size() < 2) return;
+  struct Todo {
+    std::shared_ptr<H5File> file;
+    std::string dset;
+  };
+  std::vector<std::vector<Todo>> lanes(std::max(1u, hp->options().count));  // by preferred helper
+  for (const auto& [path, dset] : items) {
+    std::shared_ptr<H5File> f;
+    try {
+      f = engine.open_file(path);
+    } catch (const std::exception&) {
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lk(f->mu_);
+      if (f->infos_.count(dset)) continue;
+    }
+    if (hp->marked_bad(path)) continue;
+    lanes[hp->preferred(path) % lanes.size()].push_back({std::move(f), dset});
+  }
+  auto fetch = [hp](const std::vector<Todo>& lane) {
+    if (lane.size() < 2) {  // one file: its own request
+      for (const Todo& t : lane) {
+        try {
+          t.file->dataset_info(t.dset);
+        } catch (const std::exception&) {
+        }
+      }
+      return;
+    }
+    std::vector<std::pair<std::string, std::string>> asked;
+    for (const Todo& t : lane) asked.emplace_back(t.file->path(), t.dset);
+    std::vector<proto::InfoAnswer> answers;
+    try {
+      proto::Out o;
+      proto::put(o, asked.front().first);
+      proto::put(o, asked.front().second);
+      proto::put(o, asked);
+      answers = proto::decode_all<std::vector<proto::InfoAnswer>>(
+          hp->call_batch(proto::Op::DatasetInfos, asked.front().first, o.data(), proto::kMaxMetaReply));
+    } catch (const std::exception& e) {
+      log::debug(asked.front().first + " and " + std::to_string(asked.size() - 1) +
+                 " other files: dataset_infos failed (" + e.what() + "); each is asked on its own");
+      return;
+    }
+    if (answers.size() != lane.size()) return;
+    for (size_t i = 0; i < lane.size(); ++i) {
+      proto::InfoAnswer& a = answers[i];
+      if (!a.ok) continue;  // its dataset_info asks again and reports the error
+      try {
+        proto::validate(a.info, a.storage);
+      } catch (const std::exception&) {
+        continue;
+      }
+      const Todo& t = lane[i];
+      if (a.info.file == t.file->path() && a.info.path != t.dset) continue;  // a helper out of step
+      t.file->remember(t.dset, std::make_shared<const DatasetInfo>(std::move(a.info)), a.storage);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < lanes.size(); ++i) {
+    if (lanes[i].empty()) continue;
+    try {
+      threads.emplace_back(fetch, std::cref(lanes[i]));
+    } catch (const std::system_error&) {  // no thread to spare: in turn
+      fetch(lanes[i]);
+    }
+  }
+  fetch(lanes[0]);
+  for (std::thread& t : threads) t.join();
 }
 
 StorageInfo H5File::storage_info(const std::string& dset_path) {

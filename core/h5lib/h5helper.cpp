@@ -356,9 +356,28 @@ void HelperPool::mark_bad(const std::string& file, const std::string& why) {
   b.why = why;
 }
 
+bool HelperPool::marked_bad(const std::string& file) {
+  try {
+    check_bad(file);
+  } catch (const Error&) {
+    return true;
+  }
+  return false;
+}
+
 std::string HelperPool::call(proto::Op op, const std::string& file, const std::string& object,
                              const std::string& body, uint32_t max_reply) {
   check_bad(file);
+  return request(op, file, object, body, max_reply, true);
+}
+
+std::string HelperPool::call_batch(proto::Op op, const std::string& first_file, const std::string& body,
+                                   uint32_t max_reply) {
+  return request(op, first_file, "(a batch)", body, max_reply, false);
+}
+
+std::string HelperPool::request(proto::Op op, const std::string& file, const std::string& object,
+                                const std::string& body, uint32_t max_reply, bool blame) {
   if (body.size() > proto::kMaxRequest) fail(EINVAL, file + ":" + object + ": request too large");
   const size_t i = acquire(file);
   HelperProcess& p = slots_[i].proc;  // ours until release(i)
@@ -374,6 +393,11 @@ std::string HelperPool::call(proto::Op op, const std::string& file, const std::s
     std::string how = b.why;
     p.kill(&how);
     release(i);
+    if (!blame) {
+      log::debug(file + " and others: HDF5 helper " + how + " in " + proto::op_name(op) +
+                 "; helper restarted, the files are asked one by one");
+      throw Error(EIO, file + ": HDF5 helper " + how + " in a batch " + proto::op_name(op), true);
+    }
     mark_bad(file, how + " in " + proto::op_name(op));
     const std::string msg = file + ":" + object + ": HDF5 helper " + how + " in " + proto::op_name(op) +
                             "; helper restarted, file marked bad for " +
@@ -520,6 +544,37 @@ void refuse_reads_past_end(Engine& engine, const std::string& file, const std::s
                   cut.front() + " (refused)");
 }
 
+// DatasetInfos: each (file, dataset) answered as its own DatasetInfo request would be, the
+// truncated-file refusal and the fault hook included; `reply` gets junk (a malformed reply)
+// when the fault hook says so for one of the files.
+std::string dispatch_infos(Engine& engine, proto::In& in, const char* fault_control) {
+  arg<std::string>(in);  // the first dataset: for messages only
+  const auto items = arg<std::vector<std::pair<std::string, std::string>>>(in);
+  in.end();
+  proto::Out o;
+  o.u64(items.size());
+  for (const auto& [file, dset] : items) {
+    if (apply_fault(fault_control, file)) return "not a reply at all";
+    proto::InfoAnswer a;
+    try {
+      auto f = engine.open_file(file);
+      a.info = *f->dataset_info(dset);
+      a.storage = f->storage_info(dset);
+      refuse_reads_past_end(engine, file, dset, Op::DatasetInfo, true);
+      a.ok = true;
+    } catch (const std::exception& e) {
+      refuse_reads_past_end(engine, file, dset, Op::DatasetInfo, false);
+      const Error* err = dynamic_cast<const Error*>(&e);
+      a = proto::InfoAnswer{};
+      a.code = static_cast<uint32_t>(err ? err->code() : EIO);
+      a.error = e.what();
+      if (a.error.size() > 4096) a.error.resize(4096);
+    }
+    proto::put(o, a);
+  }
+  return o.take();
+}
+
 }  // namespace
 
 int serve(int fd) {
@@ -568,7 +623,9 @@ int serve(int fd) {
       } catch (const Error&) {
       }
       try {
-        reply = proto::is_write_op(op) ? serve_write(written, op, in, file) : dispatch(engine, op, in, file);
+        reply = proto::is_write_op(op)        ? serve_write(written, op, in, file)
+                : op == Op::DatasetInfos ? dispatch_infos(engine, in, fault_control)
+                                         : dispatch(engine, op, in, file);
       } catch (...) {
         refuse_reads_past_end(engine, file, object, op, false);
         throw;

@@ -94,6 +94,13 @@ class HelperPool {
   // fails with Error(EIO) without asking.
   std::string call(proto::Op op, const std::string& file, const std::string& object,
                    const std::string& body, uint32_t max_reply);
+  // One request about several files (a batch: proto::Op::DatasetInfos), sent to the helper
+  // `first_file` prefers. A crash, hang or malformed reply restarts the helper and throws
+  // Error(EIO) without logging or marking a file bad: the batch only saves round trips, and
+  // the caller's requests file by file then find and name the file responsible.
+  std::string call_batch(proto::Op op, const std::string& first_file, const std::string& body, uint32_t max_reply);
+  // Whether `file` is marked bad now (its requests would fail at once): left out of batches.
+  bool marked_bad(const std::string& file);
 
   const HelperOptions& options() const { return opts_; }
   // The helper a file's requests go to when it is idle (its open file and metadata are cached
@@ -115,6 +122,9 @@ class HelperPool {
     unsigned backoff_ms = 0;
     std::string why;
   };
+  // call and call_batch: `blame` marks the file bad and logs when the helper breaks.
+  std::string request(proto::Op op, const std::string& file, const std::string& object, const std::string& body,
+                      uint32_t max_reply, bool blame);
   size_t acquire(const std::string& file);
   void release(size_t i);
   void check_bad(const std::string& file);

@@ -36,6 +36,7 @@ const char* op_name(Op op) {
     case Op::WriteCloseDataset: return "close_dataset (H5Dclose)";
     case Op::WriteFlush: return "flush (H5Fflush)";
     case Op::WriteCloseFile: return "close_file (H5Fclose)";
+    case Op::DatasetInfos: return "dataset_infos";
   }
   return "?";
 }
@@ -369,6 +370,28 @@ void get(In& in, StorageInfo& s) {
   s.file_id.ino = static_cast<ino_t>(in.u64());
   s.file_id.size = static_cast<int64_t>(in.u64());
   s.file_id.mtime_ns = static_cast<int64_t>(in.u64());
+}
+
+void put(Out& o, const InfoAnswer& a) {
+  put(o, a.ok);
+  if (a.ok) {
+    put(o, a.info);
+    put(o, a.storage);
+  } else {
+    o.u32(a.code);
+    o.str(a.error);
+  }
+}
+
+void get(In& in, InfoAnswer& a) {
+  get(in, a.ok);
+  if (a.ok) {
+    get(in, a.info);
+    get(in, a.storage);
+  } else {
+    a.code = in.u32();
+    a.error = in.str();
+  }
 }
 
 void validate(DatasetInfo& d, const StorageInfo& st) {

@@ -18,7 +18,8 @@
 namespace h5d::proto {
 
 constexpr uint32_t kMagic = 0x49443548;  // "H5DI" little-endian
-constexpr uint16_t kVersion = 5;  // 2: MetaSequenceFile; 3: LinkEntry::file; 4: the Write* ops; 5: DatasetsDetails
+constexpr uint16_t kVersion = 6;  // 2: MetaSequenceFile; 3: LinkEntry::file; 4: the Write* ops; 5: DatasetsDetails;
+                                  // 6: DatasetInfos
 constexpr size_t kHeaderSize = 16;        // magic u32, version u16, kind u16, seq u32, length u32
 constexpr uint32_t kMaxRequest = 1u << 20;
 // WriteChunk carries a chunk's encoded bytes: chunks are below 4 GiB (plan_dataset) and at most
@@ -61,7 +62,10 @@ enum class Op : uint16_t {
   WriteCloseDataset,
   WriteFlush,
   WriteCloseFile,
-  Last = WriteCloseFile,
+  // dataset_info of one dataset in each of several files, one InfoAnswer each (H5File::prefetch_infos:
+  // the parts of a concatenation a read touches). The request's file is the first one.
+  DatasetInfos,
+  Last = DatasetInfos,
 };
 const char* op_name(Op op);
 inline bool is_write_op(Op op) { return op >= Op::WriteCreateFile && op <= Op::WriteCloseFile; }
@@ -69,6 +73,16 @@ inline bool is_write_op(Op op) { return op >= Op::WriteCreateFile && op <= Op::W
 // Reply kinds (the header's kind field in a reply).
 constexpr uint16_t kReplyOk = 0;
 constexpr uint16_t kReplyError = 1;  // body: errno (u32), message (string)
+
+// One answer of a DatasetInfos batch: the dataset's metadata, or the error its own DatasetInfo
+// request gave in the helper.
+struct InfoAnswer {
+  bool ok = false;
+  DatasetInfo info;
+  StorageInfo storage;
+  uint32_t code = 0;
+  std::string error;
+};
 
 struct Header {
   uint16_t version = kVersion;
@@ -139,6 +153,7 @@ void put(Out& o, const StorageInfo& v);
 void put(Out& o, const std::vector<uint8_t>& v);
 void put(Out& o, const euxfel::meta::IndexArrays& v);
 void put(Out& o, const euxfel::meta::SequenceMeta& v);
+void put(Out& o, const InfoAnswer& v);
 template <class A, class B>
 void put(Out& o, const std::pair<A, B>& v) {
   put(o, v.first);
@@ -172,6 +187,7 @@ void get(In& in, StorageInfo& v);
 void get(In& in, std::vector<uint8_t>& v);
 void get(In& in, euxfel::meta::IndexArrays& v);
 void get(In& in, euxfel::meta::SequenceMeta& v);
+void get(In& in, InfoAnswer& v);
 template <class A, class B>
 void get(In& in, std::pair<A, B>& v) {
   get(in, v.first);

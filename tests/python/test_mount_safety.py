@@ -288,7 +288,7 @@ def test_signal_with_a_mapped_file_detaches_and_serves_it(srcdir, mntdir, sig):
         reader.stdin.flush()
         assert reader.stdout.readline().strip() == 'closed'
         assert reader.wait(10) == 0
-        assert m.proc.wait(20) == 0                     # gone once the last file is closed
+        assert m.proc.wait(20) == 0, m.log()            # gone once the last file is closed
     finally:
         if reader.poll() is None:
             reader.kill()

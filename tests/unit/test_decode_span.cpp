@@ -93,8 +93,8 @@ TEST_CASE("decode spans through a concatenation stay inside each part", "[core][
   const std::string p1 = chunked("cat1", {10, 16, 8}, {3, 16, 8}), p2 = chunked("cat2", {12, 16, 8}, {2, 16, 8});
   auto make = [&](Engine& e) -> ArrayPtr {
     std::vector<ConcatArray::Part> parts{
-        {[&e, p1] { return e.open_file(p1)->dataset_array("/d"); }, 1, 8, p1},
-        {[&e, p2] { return e.open_file(p2)->dataset_array("/d"); }, 3, 9, p2}};
+        {[&e, p1] { return e.open_file(p1)->dataset_array("/d"); }, 1, 8, p1, p1, "/d"},
+        {[&e, p2] { return e.open_file(p2)->dataset_array("/d"); }, 3, 9, p2, p2, "/d"}};
     DType t;
     t.typestr = "<u2";
     t.itemsize = 2;
@@ -210,15 +210,30 @@ TEST_CASE("a concatenation opens the parts a read touches at once, and only thos
                        for (int r = 0; r < 4; ++r) std::fill(bytes.begin() + r * 8, bytes.begin() + r * 8 + 8, uint8_t(p * 4 + size_t(r)));
                        return std::make_shared<MemoryArray>(Shape{4, 8}, t, std::move(bytes), "part");
                      },
-                     0, 4, "part" + std::to_string(p)});
+                     0, 4, "part" + std::to_string(p), "file" + std::to_string(p), "/d"});
   }
+  // open_many is told which parts a read is about to open, before their opens; what it throws
+  // does not stop them.
+  std::vector<std::vector<std::string>> announced;
+  auto open_many = [&](const std::vector<const ConcatArray::Part*>& many) {
+    std::vector<std::string> files;
+    for (const ConcatArray::Part* p : many) files.push_back(p->file + ":" + p->dataset);
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      files.push_back("in flight: " + std::to_string(in_flight));  // 0: before the opens
+      announced.push_back(files);
+    }
+    throw Error(EIO, "a hint that failed");
+  };
   Engine e(opts());
-  auto a = std::make_shared<ConcatArray>(std::move(parts), Shape{8}, t, "concat", 3);
+  auto a = std::make_shared<ConcatArray>(std::move(parts), Shape{8}, t, "concat", 3, open_many);
   std::vector<uint8_t> out(12 * 8);
   e.read_bytes(*a, 0, out.size(), out.data());
   for (size_t i = 0; i < out.size(); ++i) REQUIRE(out[i] == i / 8);
   CHECK(most == 3);
   CHECK(opened == std::vector<int>{1, 1, 1, 0, 0, 0});  // parts 3-5 untouched
+  REQUIRE(announced.size() == 1);
+  CHECK(announced[0] == std::vector<std::string>{"file0:/d", "file1:/d", "file2:/d", "in flight: 0"});
   // A read over parts 3-5: part 3's own error, naming it; parts 4 and 5 still read.
   try {
     e.read_bytes(*a, 12 * 8, 12 * 8, out.data());
@@ -231,4 +246,8 @@ TEST_CASE("a concatenation opens the parts a read touches at once, and only thos
   for (size_t i = 0; i < 8 * 8; ++i) REQUIRE(out[i] == 16 + i / 8);
   CHECK(opened[4] == 1);
   CHECK(opened[5] == 1);
+  // Only unopened parts are announced, and only two or more: 3-5 (3 failed, so it is unopened),
+  // then nothing for the read of 4-5 (open by then).
+  REQUIRE(announced.size() == 2);
+  CHECK(announced[1] == std::vector<std::string>{"file3:/d", "file4:/d", "file5:/d", "in flight: 0"});
 }

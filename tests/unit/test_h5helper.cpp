@@ -304,3 +304,104 @@ TEST_CASE("helpers: string and integer reads convert in pieces when larger than 
     CHECK(got == ints);
   }
 }
+
+namespace {
+
+// `n` one-dataset files (chunked, deflate, each with its own values) named <stem>N.h5.
+std::vector<std::string> numbered_files(const std::string& stem, size_t n) {
+  std::vector<std::string> files;
+  for (size_t i = 0; i < n; ++i) {
+    FileSpec f;
+    f.path = scratch_path(stem + std::to_string(i) + ".h5");
+    DsetSpec d;
+    d.name = "d";
+    d.type = H5T_STD_U16LE;
+    d.dims = {6, 4};
+    d.chunks = {2, 4};
+    d.deflate = true;
+    write_dataset(f, d, static_cast<uint32_t>(i + 1));
+    files.push_back(f.path);
+  }
+  return files;
+}
+
+}  // namespace
+
+TEST_CASE("helpers: prefetch_infos fetches many files' dataset metadata in one request per helper", "[h5helper]") {
+  std::vector<std::string> files = numbered_files("prefetch", 6);
+  FileSpec other;  // a file without /d: its answer is an error, the others still land
+  other.path = scratch_path("prefetch_other.h5");
+  DsetSpec e;
+  e.name = "e";
+  e.dims = {3};
+  e.layout = "contiguous";
+  write_dataset(other, e);
+  std::vector<std::pair<std::string, std::string>> items;
+  for (const std::string& f : files) items.emplace_back(f, "/d");
+  items.emplace_back(other.path, "/d");
+
+  Engine local(in_process()), remote(with_helpers());
+  const uint64_t r0 = remote.helpers()->requests();
+  H5File::prefetch_infos(remote, items);
+  CHECK(remote.helpers()->requests() - r0 <= 2);  // one per helper (2), not one per file (7)
+  const uint64_t r1 = remote.helpers()->requests();
+  for (const std::string& f : files) {
+    INFO(f);
+    auto got = remote.open_file(f)->dataset_info("/d");
+    auto want = local.open_file(f)->dataset_info("/d");
+    CHECK(got->shape == want->shape);
+    CHECK(got->chunks == want->chunks);
+    CHECK(got->dtype.typestr == want->dtype.typestr);
+    CHECK(got->filters.size() == want->filters.size());
+    CHECK(got->read_path == want->read_path);
+    CHECK(read_all(remote, f, "/d") == h5_read_all(f, "/d"));
+  }
+  CHECK(remote.helpers()->requests() == r1);  // all of that was prefetched
+  try {
+    remote.open_file(other.path)->dataset_info("/d");
+    FAIL("no error for a missing dataset");
+  } catch (const Error& err) {
+    CHECK(err.code() == ENOENT);
+  }
+  CHECK(remote.helpers()->requests() == r1 + 1);  // the error was asked again, on its own
+  // What is cached already is not asked for again.
+  H5File::prefetch_infos(remote, items);
+  CHECK(remote.helpers()->requests() <= r1 + 2);  // at most the missing dataset's file, alone
+  CHECK(remote.helpers()->failures() == 0);
+}
+
+TEST_CASE("helpers: a batch that crashes, hangs or garbles its helper marks no file bad; each file is then asked alone",
+          "[h5helper]") {
+  const std::string mode = GENERATE(as<std::string>{}, "segv", "hang", "garbage");
+  INFO(mode);
+  std::vector<std::string> files = numbered_files("prefetch_" + mode, 4);
+  const std::string bad = numbered_files("prefetch_crashme_" + mode + "_", 1).front();
+  files.insert(files.begin() + 2, bad);
+  const std::string control = scratch_path("prefetch_fault_" + mode + ".txt");
+  std::ofstream(control) << mode << ":prefetch_crashme";
+  ::setenv("H5DIRECT_HELPER_FAULT_FILE", control.c_str(), 1);
+  EngineOptions o = with_helpers();
+  o.helper.count = 1;        // all five files in one batch
+  o.helper.timeout_ms = 1500;  // a hang costs the batch this, then the file's own request
+  Engine remote(o);
+  std::vector<std::pair<std::string, std::string>> items;
+  for (const std::string& f : files) items.emplace_back(f, "/d");
+  H5File::prefetch_infos(remote, items);  // the batch crashes the helper: nothing is cached
+  CHECK(remote.helpers()->failures() == 0);
+  for (const std::string& f : files) {
+    INFO(f);
+    if (f == bad) {
+      try {
+        remote.open_file(f)->dataset_info("/d");
+        FAIL("no error for the file that breaks the helper");
+      } catch (const Error& err) {
+        CHECK(err.code() == EIO);
+        CHECK(std::string(err.what()).find("prefetch_crashme") != std::string::npos);
+      }
+    } else {
+      CHECK(read_all(remote, f, "/d") == h5_read_all(f, "/d"));
+    }
+  }
+  CHECK(remote.helpers()->failures() == 1);  // the crashing file, found by its own request
+  ::unsetenv("H5DIRECT_HELPER_FAULT_FILE");
+}
