@@ -9,6 +9,7 @@
 #include "core/array/dataset.h"
 #include "core/engine/engine.h"
 #include "core/error.h"
+#include "core/h5lib/h5file.h"
 #include "core/log.h"
 
 namespace h5d {
@@ -243,6 +244,12 @@ class VirtualArray final : public Array {
     res.errors.resize(maps.size());
     res.pairs.resize(maps.size());
     res.srcspace.resize(maps.size());
+    // The sources' metadata first, all of them in one HDF5 helper request per helper (a VDS
+    // over a run's files has hundreds of mappings: one round trip each would be its first read).
+    std::vector<std::pair<std::string, std::string>> sources;
+    for (const VdsMapping& map : maps)
+      if (!map.resolved_file.empty()) sources.emplace_back(map.resolved_file, map.dataset_name);
+    H5File::prefetch_infos(engine_, sources);
     for (size_t m = 0; m < maps.size(); ++m) {
       const VdsMapping& map = maps[m];
       const std::string where = what_ + ": VDS mapping " + std::to_string(m) + " (" + map.file_name + ":" + map.dataset_name + ")";

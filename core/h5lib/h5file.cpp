@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <list>
+#include <set>
 #include <system_error>
 #include <thread>
 
@@ -741,7 +742,9 @@ void H5File::prefetch_infos(Engine& engine, const std::vector<std::pair<std::str
     std::string dset;
   };
   std::vector<std::vector<Todo>> lanes(std::max(1u, hp->options().count));  // by preferred helper
+  std::set<std::pair<std::string, std::string>> seen;
   for (const auto& [path, dset] : items) {
+    if (!seen.insert({path, dset}).second) continue;
     std::shared_ptr<H5File> f;
     try {
       f = engine.open_file(path);

@@ -122,8 +122,8 @@ class H5File : public std::enable_shared_from_this<H5File> {
   // key). Throws for the first that fails, as dataset_details would.
   std::vector<std::shared_ptr<const DatasetInfo>> datasets_details(const std::string& group,
                                                                    const std::vector<std::string>& dset_paths);
-  // Fetches the dataset_info of `items` ((file, dataset) pairs, each in its own file: the parts
-  // of a concatenation) ahead of their dataset_info calls. With HDF5 helpers that is one
+  // Fetches the dataset_info of `items` ((file, dataset) pairs: the parts of a concatenation,
+  // the sources of a VDS; repeated pairs asked once) ahead of their dataset_info calls. With HDF5 helpers that is one
   // request per helper, each helper answering the files it is preferred for, all helpers at
   // once, instead of one round trip per file. A hint: what is cached already, in a file marked
   // bad, or fails (or a batch that breaks its helper) is left to dataset_info, which asks again

@@ -9,6 +9,7 @@
 #include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/h5lib/h5file.h"
+#include "core/h5lib/h5helper.h"
 #include "tests/support/h5fixture.h"
 
 using namespace h5d;
@@ -188,4 +189,33 @@ TEST_CASE("a missing VDS source is an error unless fill is asked for", "[core][v
     auto oracle = h5_read_all(vpath, "/v");  // libhdf5 fills the missing part
     REQUIRE(buf == oracle);
   }
+}
+
+TEST_CASE("with HDF5 helpers, a VDS's sources' metadata come in one request per helper", "[core][vds][h5helper]") {
+  constexpr int kSources = 8;
+  std::vector<Mapping> maps;
+  for (int m = 0; m < kSources; ++m) {
+    FileSpec f;
+    f.path = scratch_path("vbatch" + std::to_string(m) + ".h5");
+    DsetSpec d;
+    d.name = "data";
+    d.dims = {5, 6, 5};
+    d.chunks = {1, 6, 5};
+    d.deflate = true;
+    write_dataset(f, d, static_cast<uint32_t>(300 + m));
+    maps.push_back({"vbatch" + std::to_string(m) + ".h5", "/data", {hsize_t(5 * m), 0, 0}, {}, {1, 1, 1}, {5, 6, 5}, {}, {}, {}, {}});
+  }
+  const std::string vpath = scratch_path("vbatch.h5");
+  make_vds(vpath, "v", H5T_STD_U16LE, {5 * kSources, 6, 5}, maps);
+  EngineOptions o;
+  o.threads = 2;
+  o.helper = HelperOptions{H5D_HELPER_PATH, 2, 20000, 30000};
+  Engine e(o);
+  const uint64_t r0 = e.helpers()->requests();
+  auto a = e.open_file(vpath)->dataset_array("/v");
+  std::vector<uint8_t> got(a->nbytes());
+  e.read_bytes(*a, 0, got.size(), got.data());
+  CHECK(e.helpers()->requests() - r0 <= 3);  // the VDS's own, then one per helper (not one per source: 9)
+  CHECK(got == h5_read_all(vpath, "/v"));
+  CHECK(e.helpers()->failures() == 0);
 }
