@@ -41,7 +41,7 @@ void read_btree_v1(IndexContext& ctx) {
   std::vector<Key> keys;
   std::vector<uint64_t> children;
   std::vector<uint32_t> sizes, masks;
-  std::vector<bool> aligned;
+  std::vector<bool> aligned, elem_zero;
   while (!stack.empty()) {
     const Node node = std::move(stack.back());
     stack.pop_back();
@@ -65,6 +65,7 @@ void read_btree_v1(IndexContext& ctx) {
     sizes.assign(entries, 0);
     masks.assign(entries, 0);
     aligned.assign(entries, true);
+    elem_zero.assign(entries + 1, true);
     for (unsigned i = 0; i <= entries; ++i) {
       const uint32_t size = b.u32();
       const uint32_t mask = b.u32();
@@ -74,6 +75,7 @@ void read_btree_v1(IndexContext& ctx) {
         const uint64_t dim = k < rank ? ctx.layout.chunk_dims[k] : ctx.layout.chunk_elem_size;
         keys[i][k] = off / dim;
         al &= k == rank || off % dim == 0;
+        if (k == rank) elem_zero[i] = off == 0;
       }
       if (i == entries) break;  // the last key bounds the last child; no child follows it
       sizes[i] = size;
@@ -90,6 +92,11 @@ void read_btree_v1(IndexContext& ctx) {
         fail_at(w, entry + " outside the keys its parent gives it, [" + key_str(node.lo) + ", " +
                        key_str(node.hi) + "): a damaged chunk index key");
       if (children[i] == kUndefAddr) fail_at(w, "undefined child address in " + entry);
+      // A chunk's key (and a subtree's first key, a copy of one) has 0 in the element-size
+      // dimension. libhdf5 compares that dimension too, so it never finds a chunk whose key
+      // says otherwise (it serves fill there): the key is damaged, the chunk not to be trusted.
+      if (!elem_zero[i])
+        fail_at(w, entry + ": element-size offset not 0 (a damaged chunk index key)");
     }
     // Children are pushed in reverse so that they are visited in key order.
     for (unsigned i = entries; i-- > 0;) {

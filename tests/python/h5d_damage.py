@@ -79,6 +79,13 @@ def set_chunk_key(path, dset, index, new_offset):
     _patch(path, off + 8, struct.pack('<' + 'Q' * len(new_offset), *new_offset))
 
 
+def set_chunk_elem_offset(path, dset, index, value):
+    """Sets the last (element-size) offset of chunk `index`'s v1 B-tree key, always 0 in a
+    valid file: libhdf5 compares it too, so it no longer finds the chunk (and reads fill)."""
+    off, ci, klen = _btree_key_offset(path, dset, index)
+    _patch(path, off + klen - 8, struct.pack('<Q', value))
+
+
 def set_type_size(path, dset, new_size):
     """Sets the size field of `dset`'s (fixed-point or float) datatype message: the first
     datatype message of its object header whose size field holds the current size."""
