@@ -531,9 +531,13 @@ void read_storage(hid_t fid, hid_t d, hid_t dcpl, const std::string& file, const
   // Only where it is needed: for a chunked dataset libhdf5 walks the whole chunk index to
   // answer, and a damaged index (a B-tree looping on itself) overflows its stack. Our own
   // index reader (h5format) checks loops and bounds when the dataset is read.
-  if (info.layout == "contiguous") st.storage_size = H5Dget_storage_size(d);
-  // With a user block, 1.10 adds the base address even to HADDR_UNDEF: trust the storage size.
-  st.contiguous_addr = (off == HADDR_UNDEF || st.storage_size == 0) ? fmt::kUndefAddr : off;
+  if (info.layout == "contiguous" || info.layout == "compact") st.storage_size = H5Dget_storage_size(d);
+  // Allocated is what libhdf5 reads by: a defined address (H5D__contig_is_space_alloc), not the
+  // stored size (a damaged size of 0 with data at the address is EIO, ContiguousArray, not
+  // fill). With a user block, 1.10 adds the base even to HADDR_UNDEF, which wraps to below the
+  // base, where no dataset's bytes can be.
+  if (info.layout == "contiguous")
+    st.contiguous_addr = (off == HADDR_UNDEF || off < st.geo.base) ? fmt::kUndefAddr : off;
   st.external = info.layout == "contiguous" && H5Pget_external_count(dcpl) > 0;
   H5Eclear2(H5E_DEFAULT);
   // A metadata cache image holds object headers that were never written where the file says
@@ -553,6 +557,22 @@ void read_storage(hid_t fid, hid_t d, hid_t dcpl, const std::string& file, const
     st.library_only = true;
     st.library_reason = "dataset lives in another file behind an external link";
   }
+}
+
+// Compact data lives in the layout message, which says how many bytes it holds. A dataspace
+// larger than that (a damaged dims field) makes libhdf5 1.10 read past the message, into
+// whatever memory follows it: no bytes to serve, every read is EIO (StorageInfo::damaged).
+void check_compact_size(hid_t ftype, hid_t space, const DatasetInfo& info, StorageInfo& st) {
+  if (info.layout != "compact" || !info.is_array) return;
+  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  const size_t size = H5Tget_size(ftype);
+  H5Eclear2(H5E_DEFAULT);
+  if (n < 0 || size == 0) return;
+  const unsigned __int128 need = static_cast<unsigned __int128>(n) * size;
+  if (need <= st.storage_size) return;
+  st.damaged = "compact storage holds " + std::to_string(st.storage_size) + " bytes but the shape needs " +
+               std::to_string(static_cast<uint64_t>(std::min<unsigned __int128>(need, UINT64_MAX))) +
+               " (the dataspace or the layout message is damaged)";
 }
 
 void read_vds_mappings(hid_t dcpl, const std::string& file, const std::string& what, bool folded,
@@ -600,6 +620,10 @@ void decide_read_path(DatasetInfo& info, StorageInfo& st) {
   std::string why;
   if (!info.is_array) {
     info.read_path = "none: " + info.why_not_array;
+    return;
+  }
+  if (!st.damaged.empty()) {
+    info.read_path = "none (every read EIO): " + st.damaged;
     return;
   }
   if (!st.library_only) {
@@ -656,6 +680,7 @@ std::shared_ptr<const DatasetInfo> H5File::load_info(const std::string& dset_pat
   read_layout_and_filters(dcpl.get(), st.ds_rank, *info);
   read_fill_value(dcpl.get(), ftype.get(), *info);
   read_storage(fid, d.get(), dcpl.get(), path_, *info, st);
+  check_compact_size(ftype.get(), space.get(), *info, st);
   if (info->layout == "virtual") read_vds_mappings(dcpl.get(), path_, what, !folded.empty(), *info, st);
   lk.unlock();
 

@@ -88,6 +88,7 @@ struct StorageInfo {
   bool external = false;       // external raw storage (H5Pget_external_count > 0)
   bool library_only = false;   // must read through libhdf5
   std::string library_reason;
+  std::string damaged;         // not empty: why every read of the dataset is EIO (a damaged layout)
   FileIdentity file_id;        // the file this was read from; data reads check it (ESTALE)
 };
 

@@ -349,6 +349,7 @@ void put(Out& o, const StorageInfo& s) {
   put(o, s.external);
   put(o, s.library_only);
   o.str(s.library_reason);
+  o.str(s.damaged);
   o.u64(static_cast<uint64_t>(s.file_id.dev));
   o.u64(static_cast<uint64_t>(s.file_id.ino));
   o.u64(static_cast<uint64_t>(s.file_id.size));
@@ -366,6 +367,7 @@ void get(In& in, StorageInfo& s) {
   get(in, s.external);
   get(in, s.library_only);
   s.library_reason = in.str();
+  s.damaged = in.str();
   s.file_id.dev = static_cast<dev_t>(in.u64());
   s.file_id.ino = static_cast<ino_t>(in.u64());
   s.file_id.size = static_cast<int64_t>(in.u64());

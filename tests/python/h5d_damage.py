@@ -86,6 +86,18 @@ def set_chunk_elem_offset(path, dset, index, value):
     _patch(path, off + klen - 8, struct.pack('<Q', value))
 
 
+def zero_contiguous_size(path, dset):
+    """Sets the stored size in `dset`'s contiguous layout message (version 3: version, class 1,
+    address, size) to 0, its address left: libhdf5 still reads the bytes at the address."""
+    with h5py.File(path, 'r') as f:
+        d = f[dset]
+        assert d.chunks is None
+        addr, size = d.id.get_offset(), d.id.get_storage_size()
+    data = open(path, 'rb').read()
+    at = _find_once(data, bytes([3, 1]) + struct.pack('<QQ', addr, size))
+    _patch(path, at + 10, struct.pack('<Q', 0))
+
+
 def set_type_size(path, dset, new_size):
     """Sets the size field of `dset`'s (fixed-point or float) datatype message: the first
     datatype message of its object header whose size field holds the current size."""

@@ -82,8 +82,13 @@ class Oracle:
         try:
             self.proc.stdin.write(path + '\n')
             self.proc.stdin.flush()
-            r, _, _ = select.select([self.proc.stdout], [], [], self.timeout)
-            line = self.proc.stdout.readline() if r else ''
+            line = ''
+            # A filter plugin may print to stdout (damaged chunks): the answer is the JSON line.
+            while not line.startswith('{'):
+                r, _, _ = select.select([self.proc.stdout], [], [], self.timeout)
+                line = self.proc.stdout.readline() if r else ''
+                if not line:
+                    break
         except BrokenPipeError:
             line = ''
         if not line:

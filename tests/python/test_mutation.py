@@ -51,6 +51,12 @@ def write_bases(d):
             g.attrs['n'] = np.arange(5)
             g['small'] = np.arange(10, dtype='<i4')
             g['s'] = b'hello'
+            # compact: the bytes live in the layout message
+            space = h5py.h5s.create_simple((30,))
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_layout(h5py.h5d.COMPACT)
+            c = h5py.h5d.create(f.id, b'compact', h5py.h5t.STD_I16LE, space, dcpl=dcpl)
+            c.write(h5py.h5s.ALL, h5py.h5s.ALL, np.arange(30, dtype='<i2') * 7)
         paths.append(p)
     return paths
 
@@ -85,6 +91,11 @@ TARGETED = [
     # The last chunk's key: a found mutant (seed 9111) changed one byte there, and the chunk
     # was served while h5py read fill.
     ('key_elem', '/gzip', lambda p: dmg.set_chunk_elem_offset(p, 'gzip', 9, 0x61000000)),
+    # Found by mutating other files (tests' random dataset zoo): a compact dataset's dims grown
+    # past the bytes its layout message holds (h5py reads past the message), and a contiguous
+    # one's stored size zeroed (it was served as fill; h5py reads the bytes at the address).
+    ('compact_grown', '/compact', lambda p: dmg.set_dims(p, 'compact', (90,))),
+    ('contig_size0', '/contig', lambda p: dmg.zero_contiguous_size(p, 'contig')),
 ]
 
 
