@@ -570,6 +570,7 @@ std::string dispatch_infos(Engine& engine, proto::In& in, const char* fault_cont
       a.error = e.what();
       if (a.error.size() > 4096) a.error.resize(4096);
     }
+    h5::release_free_lists();  // as between requests: nothing of one file is reused for the next
     proto::put(o, a);
   }
   return o.take();

@@ -51,12 +51,6 @@ def write_bases(d):
             g.attrs['n'] = np.arange(5)
             g['small'] = np.arange(10, dtype='<i4')
             g['s'] = b'hello'
-            # compact: the bytes live in the layout message
-            space = h5py.h5s.create_simple((30,))
-            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-            dcpl.set_layout(h5py.h5d.COMPACT)
-            c = h5py.h5d.create(f.id, b'compact', h5py.h5t.STD_I16LE, space, dcpl=dcpl)
-            c.write(h5py.h5s.ALL, h5py.h5s.ALL, np.arange(30, dtype='<i2') * 7)
         paths.append(p)
     return paths
 
@@ -99,15 +93,27 @@ TARGETED = [
 ]
 
 
-def write_targeted(src, base):
+def write_targeted(src, base, workdir):
+    """The targeted mutants, each a damaged copy of `base` plus a compact dataset (the random
+    mutants' bases have none: their stream of mutants stays as it was). Returns them and the
+    undamaged file they are copies of."""
+    tbase = osp.join(workdir, 'targeted_base.h5')
+    with open(base, 'rb') as f, open(tbase, 'wb') as g:
+        g.write(f.read())
+    with h5py.File(tbase, 'a') as f:  # compact: the bytes live in the layout message
+        space = h5py.h5s.create_simple((30,))
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_layout(h5py.h5d.COMPACT)
+        c = h5py.h5d.create(f.id, b'compact', h5py.h5t.STD_I16LE, space, dcpl=dcpl)
+        c.write(h5py.h5s.ALL, h5py.h5s.ALL, np.arange(30, dtype='<i2') * 7)
     out = []
     for kind, dset, damage in TARGETED:
         name = f'targeted_{kind}.h5'
-        with open(base, 'rb') as f, open(osp.join(src, name), 'wb') as g:
+        with open(tbase, 'rb') as f, open(osp.join(src, name), 'wb') as g:
             g.write(f.read())
         damage(osp.join(src, name))
         out.append((name, dset))
-    return out
+    return out, tbase
 
 
 def read_all(path, limit=MAX_BYTES):
@@ -138,7 +144,7 @@ def test_mutated_files_never_kill_or_hang_the_daemon():
             with open(osp.join(src, name), 'wb') as f:
                 f.write(mdata)
             mutants.append(name)
-    targeted = write_targeted(src, bases[0])
+    targeted, tbase = write_targeted(src, bases[0], make_tmpdir('mut-tbase-'))
     oracle = Oracle(timeout=30)
     answers = {n: oracle.ask(osp.join(src, n)) for n in mutants}
     # The undamaged files' bytes: what a dataset h5py cannot read may give instead of EIO.
@@ -147,8 +153,10 @@ def test_mutated_files_never_kill_or_hang_the_daemon():
         for d in oracle.ask(base)['datasets']:
             if d['status'] == 'ok':
                 base_sha[(osp.basename(base)[:-3], d['path'])] = d['sha256']
+    target_sha = {d['path']: d['sha256'] for d in oracle.ask(tbase)['datasets'] if d['status'] == 'ok'}
     oracle.close()
     assert len(base_sha) >= 16, base_sha
+    assert '/compact' in target_sha and all(d in target_sha for _, d in targeted), target_sha
     m = Mount(src, opts='hdf5_timeout=5')
     wrong = []
     outcome = {'done': False}
@@ -179,9 +187,7 @@ def test_mutated_files_never_kill_or_hang_the_daemon():
                 else:
                     counts['equal'] += 1
         for n, damaged in targeted:
-            for (base, path), sha in base_sha.items():
-                if base != 'base_earliest':
-                    continue
+            for path, sha in target_sha.items():
                 got, err = read_all(m.path(n, path.lstrip('/') + '.raw'))
                 if path == damaged:
                     if err != errno.EIO:
