@@ -5,9 +5,6 @@
 
 namespace h5d {
 
-// Follows the one direct-or-library decision, made when the metadata was read
-// (decide_read_path in h5file.cpp: conversions, compact and external storage, unsupported
-// filters, other layouts all set st.library_only).
 namespace {
 
 // A dataset whose layout contradicts its shape (StorageInfo::damaged): listed like any other,
@@ -26,6 +23,9 @@ class DamagedArray final : public detail::DatasetArray {
 
 }  // namespace
 
+// Follows the one direct-or-library decision, made when the metadata was read
+// (decide_read_path in h5file.cpp: conversions, compact and external storage, unsupported
+// filters, other layouts all set st.library_only).
 ArrayPtr make_dataset_array(Engine& engine, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st) {
   if (!info->is_array) fail(EINVAL, info->file + ":" + info->path + ": not an array: " + info->why_not_array);
   if (!st.damaged.empty()) return std::make_shared<DamagedArray>(engine, info, st.damaged);

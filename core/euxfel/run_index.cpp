@@ -207,6 +207,7 @@ ArrayPtr Run::key_array(const std::string& source, const std::string& key) {
   // A key over the run: the concatenation of its blocks, contiguous blocks of one file as one
   // part; each file is opened when a read first touches it.
   std::vector<ConcatArray::Part> parts;
+  Engine& engine = engine_;
   for (const Block& b : gi->blocks) {
     if (b.rows == 0) continue;
     const std::string& path = files_[b.file].path;
@@ -214,7 +215,6 @@ ArrayPtr Run::key_array(const std::string& source, const std::string& key) {
       parts.back().rows += b.rows;
       continue;
     }
-    Engine& engine = engine_;
     const std::string dset = k.dset_path;
     parts.push_back({[&engine, path, dset] { return engine.open_file(path)->dataset_array(dset); },
                      b.first, b.rows, path, path, dset});
@@ -223,7 +223,6 @@ ArrayPtr Run::key_array(const std::string& source, const std::string& key) {
   // many files fetches them in one request per helper (all helpers at once), then opens the
   // parts (the chunk index, read in this process) on as many threads as there are helpers.
   const size_t at_once = engine_.helpers() ? engine_.helpers()->options().count : 1;
-  Engine& engine = engine_;
   auto open_many = [&engine](const std::vector<const ConcatArray::Part*>& many) {
     std::vector<std::pair<std::string, std::string>> items;
     for (const ConcatArray::Part* p : many) items.emplace_back(p->file, p->dataset);

@@ -365,6 +365,10 @@ std::shared_ptr<const DatasetInfo> H5File::remote_info(HelperPool& hp, proto::Op
   return std::make_shared<const DatasetInfo>(std::move(got.first));
 }
 
+bool H5File::answers_for(const DatasetInfo& info, const std::string& dset_path) const {
+  return info.file != path_ || info.path == dset_path;
+}
+
 void H5File::remember_listed(const std::string& dset_path, const DatasetInfo& details, const StorageInfo& st) {
   auto listed = std::make_shared<DatasetInfo>(details);
   listed->attrs.clear();
@@ -748,9 +752,7 @@ std::vector<std::shared_ptr<const DatasetInfo>> H5File::datasets_details(const s
   for (size_t i = 0; i < got.size(); ++i) {
     auto& [info, st] = got[i];
     proto::validate(info, st);
-    // Each answer is for the dataset asked (or, through an external link, for its target in
-    // another file): anything else is a helper out of step.
-    if (info.file == path_ && info.path != dset_paths[i])
+    if (!answers_for(info, dset_paths[i]))
       fail(EIO, path_ + ":" + dset_paths[i] + ": datasets_details from the HDF5 helper answered for " + info.path);
     auto full = std::make_shared<const DatasetInfo>(std::move(info));
     remember_listed(dset_paths[i], *full, st);
@@ -818,7 +820,7 @@ void H5File::prefetch_infos(Engine& engine, const std::vector<std::pair<std::str
         continue;
       }
       const Todo& t = lane[i];
-      if (a.info.file == t.file->path() && a.info.path != t.dset) continue;  // a helper out of step
+      if (!t.file->answers_for(a.info, t.dset)) continue;
       t.file->remember(t.dset, std::make_shared<const DatasetInfo>(std::move(a.info)), a.storage);
     }
   };

@@ -151,6 +151,9 @@ class H5File : public std::enable_shared_from_this<H5File> {
   // A helper's answer to op (DatasetInfo or DatasetDetails), validated.
   std::shared_ptr<const DatasetInfo> remote_info(HelperPool& hp, proto::Op op, const std::string& dset_path,
                                                  StorageInfo& st);
+  // Whether a helper's answer about dset_path is about it (or, through an external link, about
+  // its target in another file): anything else is a helper out of step.
+  bool answers_for(const DatasetInfo& info, const std::string& dset_path) const;
   // Caches info and st (the first one kept when two threads race); returns the cached info.
   // Keeps what listing needs of a helper's dataset_details answer (its attributes and small
   // value are not cached: dataset_details).

@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <tuple>
 #include <deque>
 #include <functional>
 #include <future>
@@ -544,6 +545,15 @@ void refuse_reads_past_end(Engine& engine, const std::string& file, const std::s
                   cut.front() + " (refused)");
 }
 
+// What an error reply (or a batch's failed answer) carries: the errno (EIO for what is not an
+// h5d::Error) and the message, at most 4096 bytes.
+std::pair<uint32_t, std::string> error_of(const std::exception& e) {
+  const Error* err = dynamic_cast<const Error*>(&e);
+  std::string msg = e.what();
+  if (msg.size() > 4096) msg.resize(4096);
+  return {static_cast<uint32_t>(err ? err->code() : EIO), std::move(msg)};
+}
+
 // DatasetInfos: each (file, dataset) answered as its own DatasetInfo request would be, the
 // truncated-file refusal and the fault hook included; `reply` gets junk (a malformed reply)
 // when the fault hook says so for one of the files.
@@ -564,11 +574,8 @@ std::string dispatch_infos(Engine& engine, proto::In& in, const char* fault_cont
       a.ok = true;
     } catch (const std::exception& e) {
       refuse_reads_past_end(engine, file, dset, Op::DatasetInfo, false);
-      const Error* err = dynamic_cast<const Error*>(&e);
       a = proto::InfoAnswer{};
-      a.code = static_cast<uint32_t>(err ? err->code() : EIO);
-      a.error = e.what();
-      if (a.error.size() > 4096) a.error.resize(4096);
+      std::tie(a.code, a.error) = error_of(e);
     }
     h5::release_free_lists();  // as between requests: nothing of one file is reused for the next
     proto::put(o, a);
@@ -635,11 +642,9 @@ int serve(int fd) {
       if (reply.size() > limit) fail(EIO, file + ": " + proto::op_name(op) + ": reply of " + std::to_string(reply.size()) + " bytes is above the limit");
       rh.kind = proto::kReplyOk;
     } catch (const std::exception& e) {
-      const Error* err = dynamic_cast<const Error*>(&e);
+      const auto [code, msg] = error_of(e);
       proto::Out o;
-      o.u32(static_cast<uint32_t>(err ? err->code() : EIO));
-      std::string msg = e.what();
-      if (msg.size() > 4096) msg.resize(4096);
+      o.u32(code);
       o.str(msg);
       reply = o.take();
       rh.kind = proto::kReplyError;

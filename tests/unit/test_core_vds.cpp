@@ -67,6 +67,21 @@ void make_vds(const std::string& path, const std::string& name, hid_t type, std:
   H5Fclose(fid);
 }
 
+// A VDS source: scratch file `name` holding /data of `dims` uint16 (pattern `seed`), one row
+// per chunk with deflate, or contiguous.
+void write_source(const std::string& name, std::vector<hsize_t> dims, bool chunked, uint32_t seed) {
+  FileSpec f;
+  f.path = scratch_path(name);
+  DsetSpec d;
+  d.name = "data";
+  d.chunks = dims;
+  d.chunks[0] = 1;
+  d.dims = std::move(dims);
+  d.layout = chunked ? "chunked" : "contiguous";
+  d.deflate = chunked;
+  write_dataset(f, d, seed);
+}
+
 void compare_whole(Engine& e, const std::string& path, const std::string& dset) {
   INFO(path << ":" << dset);
   auto oracle = h5_read_all(path, dset);
@@ -93,17 +108,8 @@ TEST_CASE("virtual datasets follow their mappings like libhdf5", "[core][vds]") 
   o.cache_bytes = 4 << 20;
   Engine e(o);
   // Sources: 4 module files of (10, 6, 5) uint16, chunked+deflate or contiguous.
-  for (int m = 0; m < 4; ++m) {
-    FileSpec f;
-    f.path = scratch_path("vsrc" + std::to_string(m) + ".h5");
-    DsetSpec d;
-    d.name = "data";
-    d.dims = {10, 6, 5};
-    d.chunks = {1, 6, 5};
-    d.layout = m % 2 ? "contiguous" : "chunked";
-    d.deflate = m % 2 == 0;
-    write_dataset(f, d, static_cast<uint32_t>(100 + m));
-  }
+  for (int m = 0; m < 4; ++m)
+    write_source("vsrc" + std::to_string(m) + ".h5", {10, 6, 5}, m % 2 == 0, static_cast<uint32_t>(100 + m));
   const std::string vpath = scratch_path("vds.h5");
   // Concatenation along axis 0 (EuXFEL overview style).
   std::vector<Mapping> concat;
@@ -195,14 +201,7 @@ TEST_CASE("with HDF5 helpers, a VDS's sources' metadata come in one request per 
   constexpr int kSources = 8;
   std::vector<Mapping> maps;
   for (int m = 0; m < kSources; ++m) {
-    FileSpec f;
-    f.path = scratch_path("vbatch" + std::to_string(m) + ".h5");
-    DsetSpec d;
-    d.name = "data";
-    d.dims = {5, 6, 5};
-    d.chunks = {1, 6, 5};
-    d.deflate = true;
-    write_dataset(f, d, static_cast<uint32_t>(300 + m));
+    write_source("vbatch" + std::to_string(m) + ".h5", {5, 6, 5}, true, static_cast<uint32_t>(300 + m));
     maps.push_back({"vbatch" + std::to_string(m) + ".h5", "/data", {hsize_t(5 * m), 0, 0}, {}, {1, 1, 1}, {5, 6, 5}, {}, {}, {}, {}});
   }
   const std::string vpath = scratch_path("vbatch.h5");
