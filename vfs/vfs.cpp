@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/engine/buffer_pool.h"
+#include "core/engine/chunk_cache.h"
 #include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -337,6 +338,8 @@ std::string Vfs::render_stats() {
                          {"touched_ahead", bc.touched_ahead},
                          {"fresh", bc.fresh},
                          {"idle_bytes", bc.idle_bytes}};
+  const ChunkCache& cc = engine_.cache();
+  j["chunk_cache"] = {{"bytes", cc.used()}, {"consumed_bytes", cc.used_consumed()}, {"budget", cc.budget()}};
   j["chunks_prefetched"] = st.chunks_prefetched.load();
   j["prefetch_dropped"] = st.prefetch_dropped.load();
   j["bytes_spliced"] = st.bytes_spliced.load();

@@ -366,6 +366,23 @@ bool HelperPool::marked_bad(const std::string& file) {
   return false;
 }
 
+void HelperPool::start_idle() {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (slots_[i].busy) continue;
+      slots_[i].busy = true;
+    }
+    try {
+      slots_[i].proc.reap_if_dead();
+      slots_[i].proc.start(opts_.path);
+    } catch (const std::exception& e) {
+      log::warn(std::string("HDF5 helper not started ahead: ") + e.what());
+    }
+    release(i);
+  }
+}
+
 std::string HelperPool::call(proto::Op op, const std::string& file, const std::string& object,
                              const std::string& body, uint32_t max_reply) {
   check_bad(file);

@@ -101,6 +101,11 @@ class HelperPool {
   std::string call_batch(proto::Op op, const std::string& first_file, const std::string& body, uint32_t max_reply);
   // Whether `file` is marked bad now (its requests would fail at once): left out of batches.
   bool marked_bad(const std::string& file);
+  // Starts every idle helper that is not running (a mount calls it once its loop can start):
+  // a helper's start (exec, loading libhdf5) then overlaps the first requests instead of
+  // delaying the first access after a mount (docs/benchmarks.md). Not a request; a helper that
+  // cannot start is logged and started again by the next request for it.
+  void start_idle();
 
   const HelperOptions& options() const { return opts_; }
   // The helper a file's requests go to when it is idle (its open file and metadata are cached

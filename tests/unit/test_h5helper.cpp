@@ -9,10 +9,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "core/engine/engine.h"
 #include "core/error.h"
@@ -45,7 +47,58 @@ std::vector<uint8_t> read_all(Engine& e, const std::string& file, const std::str
   return out;
 }
 
+// This process's live helper children, by pid (found in /proc: parent = us, not a zombie).
+std::vector<pid_t> helper_children() {
+  std::vector<pid_t> out;
+  if (DIR* proc = ::opendir("/proc")) {
+    while (struct dirent* ent = ::readdir(proc)) {
+      const pid_t pid = static_cast<pid_t>(std::atoi(ent->d_name));
+      if (pid <= 0) continue;
+      std::ifstream st("/proc/" + std::string(ent->d_name) + "/stat");
+      std::string line;
+      std::getline(st, line);
+      const auto close = line.rfind(')');
+      if (close == std::string::npos || line.find("(h5direct-helpe") == std::string::npos) continue;
+      std::istringstream rest(line.substr(close + 2));
+      std::string state;
+      long ppid = 0;
+      rest >> state >> ppid;
+      if (ppid == ::getpid() && state != "Z") out.push_back(pid);
+    }
+    ::closedir(proc);
+  }
+  return out;
+}
+
 }  // namespace
+
+TEST_CASE("helpers: start lazily, or all at once by start_idle, which is no request", "[h5helper]") {
+  FileSpec f;
+  f.path = scratch_path("helper_start.h5");
+  DsetSpec d;
+  d.name = "x";
+  d.type = H5T_STD_U16LE;
+  d.dims = {10};
+  d.layout = "contiguous";
+  write_dataset(f, d);
+  EngineOptions o = with_helpers();
+  o.helper.count = 3;
+  Engine e(o);
+  CHECK(helper_children().empty());  // nothing runs before it is needed or asked for
+  e.helpers()->start_idle();
+  const std::vector<pid_t> started = helper_children();
+  CHECK(started.size() == 3);
+  CHECK(e.helpers()->requests() == 0);
+  // The requests then go to the helpers already running; a second start_idle starts none.
+  CHECK(e.open_file(f.path)->kind_of("/x") == ObjectKind::Dataset);
+  e.helpers()->start_idle();
+  std::vector<pid_t> now = helper_children();
+  std::sort(now.begin(), now.end());
+  std::vector<pid_t> before = started;
+  std::sort(before.begin(), before.end());
+  CHECK(now == before);
+  CHECK(e.helpers()->failures() == 0);
+}
 
 TEST_CASE("helpers: metadata and library reads equal the in-process answers and H5Dread", "[h5helper]") {
   FileSpec f;
@@ -106,23 +159,8 @@ TEST_CASE("helpers: one killed while idle is restarted, its files are not marked
   REQUIRE(h->kind_of("/x") == ObjectKind::Dataset);
   // Kill this process's helper children, by pid (found in /proc: parent = us).
   int killed = 0;
-  if (DIR* proc = ::opendir("/proc")) {
-    while (struct dirent* ent = ::readdir(proc)) {
-      const pid_t pid = static_cast<pid_t>(std::atoi(ent->d_name));
-      if (pid <= 0) continue;
-      std::ifstream st("/proc/" + std::string(ent->d_name) + "/stat");
-      std::string line;
-      std::getline(st, line);
-      const auto close = line.rfind(')');
-      if (close == std::string::npos || line.find("(h5direct-helpe") == std::string::npos) continue;
-      std::istringstream rest(line.substr(close + 2));
-      std::string state;
-      long ppid = 0;
-      rest >> state >> ppid;
-      if (ppid == ::getpid() && ::kill(pid, SIGKILL) == 0) ++killed;
-    }
-    ::closedir(proc);
-  }
+  for (pid_t pid : helper_children())
+    if (::kill(pid, SIGKILL) == 0) ++killed;
   REQUIRE(killed == 1);
   ::usleep(100000);
   CHECK(h->kind_of("/x") == ObjectKind::Dataset);
