@@ -84,7 +84,12 @@ p.add_argument('--workdir', default=None)
 p.add_argument('--json', default=None)
 p.add_argument('--md', default=None)
 p.add_argument('--plot', default=None)
+p.add_argument('--hold-freed-pages', action='store_true',
+               help='keep freed guest pages from the host for 60 s during the run (VMs with free page '
+                    'reporting: benchlib.hold_freed_pages)')
 args = p.parse_args()
+if args.hold_freed_pages and not benchlib.hold_freed_pages():
+    sys.exit('--hold-freed-pages: cannot set ' + benchlib.PAGE_REPORTING + '/min_free_ms (root, a VM with it)')
 
 BIN = osp.abspath(osp.join(args.build, 'fusefs', 'mount.h5direct'))
 CEIL = osp.abspath(osp.join(args.build, 'bench', 'fuse_ceiling'))
@@ -552,7 +557,7 @@ def describe(cell):
 
 
 lines = [f'{args.rounds} interleaved rounds, medians; {NCPU} cores; libhdf5 {h5py.version.hdf5_version}; '
-         f'mount options: {args.opts or "(defaults)"}.', '',
+         f'mount options: {args.opts or "(defaults)"}; {benchlib.reporting_state()}.', '',
          '| cell | pattern | h5py s | h5direct s | x h5py | other ratio | goal | met | reads | MB pushed |',
          '|---|---|---|---|---|---|---|---|---|---|']
 table = []

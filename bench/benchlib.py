@@ -102,3 +102,40 @@ def mount_h5direct(binary, src, opts=None, mnt=None, workdir=None, stderr=subpro
     if fresh:
         mnt = tempfile.mkdtemp(prefix='mnt-', dir=workdir)
     return Mount(h5direct_cmd(binary, src, mnt, opts), mnt, stderr=stderr, remove_mnt=fresh)
+
+
+# Free page reporting (virtio-balloon): a VM that hands the guest's freed memory back to its host
+# at once makes every page the guest touches again fault in the host (~10 us per 4 KiB page
+# measured here, docs/benchmarks.md): 210 MB of fresh memory then costs 0.2-0.5 s, and a pass
+# through FUSE (the page cache of the file plus the reader's array) touches twice what h5py's
+# pass does. A real node keeps its freed pages. hold_freed_pages() keeps them for `ms` (the
+# guest's min_free_ms) until the program ends; reporting_state() says what the run measured.
+PAGE_REPORTING = '/sys/module/page_reporting/parameters'
+
+
+def reporting_state():
+    try:
+        with open(osp.join(PAGE_REPORTING, 'min_free_ms')) as f:
+            ms = int(f.read())
+    except (OSError, ValueError):
+        return 'no free page reporting'
+    return f'freed pages reported to the host after {ms} ms (min_free_ms)'
+
+
+def hold_freed_pages(ms=60000):
+    """Sets min_free_ms (root) until exit; returns False when there is nothing to set."""
+    import atexit
+    path = osp.join(PAGE_REPORTING, 'min_free_ms')
+    try:
+        with open(path) as f:
+            old = f.read().strip()
+        with open(path, 'w') as f:
+            f.write(str(ms))
+    except OSError:
+        return False
+
+    def restore():
+        with open(path, 'w') as f:
+            f.write(old)
+    atexit.register(restore)
+    return True
