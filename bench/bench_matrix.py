@@ -89,7 +89,7 @@ p.add_argument('--hold-freed-pages', action='store_true',
                     'reporting: benchlib.hold_freed_pages)')
 args = p.parse_args()
 if args.hold_freed_pages and not benchlib.hold_freed_pages():
-    sys.exit('--hold-freed-pages: cannot set ' + benchlib.PAGE_REPORTING + '/min_free_ms (root, a VM with it)')
+    sys.exit('--hold-freed-pages: cannot set ' + benchlib.MIN_FREE_MS + ' (root, a VM with it)')
 
 BIN = osp.abspath(osp.join(args.build, 'fusefs', 'mount.h5direct'))
 CEIL = osp.abspath(osp.join(args.build, 'bench', 'fuse_ceiling'))

@@ -4,6 +4,7 @@ Mount(cmd, mnt) runs `cmd` (which mounts at `mnt` and stays in the foreground), 
 `mnt` is a mount point, and close() unmounts it lazily and reaps the daemon, even when the
 benchmark fails. mount_h5direct() builds the command line of mount.h5direct.
 """
+import atexit
 import os
 import os.path as osp
 import subprocess
@@ -111,11 +112,12 @@ def mount_h5direct(binary, src, opts=None, mnt=None, workdir=None, stderr=subpro
 # pass does. A real node keeps its freed pages. hold_freed_pages() keeps them for `ms` (the
 # guest's min_free_ms) until the program ends; reporting_state() says what the run measured.
 PAGE_REPORTING = '/sys/module/page_reporting/parameters'
+MIN_FREE_MS = osp.join(PAGE_REPORTING, 'min_free_ms')
 
 
 def reporting_state():
     try:
-        with open(osp.join(PAGE_REPORTING, 'min_free_ms')) as f:
+        with open(MIN_FREE_MS) as f:
             ms = int(f.read())
     except (OSError, ValueError):
         return 'no free page reporting'
@@ -124,18 +126,16 @@ def reporting_state():
 
 def hold_freed_pages(ms=60000):
     """Sets min_free_ms (root) until exit; returns False when there is nothing to set."""
-    import atexit
-    path = osp.join(PAGE_REPORTING, 'min_free_ms')
     try:
-        with open(path) as f:
+        with open(MIN_FREE_MS) as f:
             old = f.read().strip()
-        with open(path, 'w') as f:
+        with open(MIN_FREE_MS, 'w') as f:
             f.write(str(ms))
     except OSError:
         return False
 
     def restore():
-        with open(path, 'w') as f:
+        with open(MIN_FREE_MS, 'w') as f:
             f.write(old)
     atexit.register(restore)
     return True

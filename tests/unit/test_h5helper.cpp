@@ -47,6 +47,19 @@ std::vector<uint8_t> read_all(Engine& e, const std::string& file, const std::str
   return out;
 }
 
+// A file holding /x, 10 uint16 stored contiguously: what the lifecycle tests ask about.
+std::string small_file(const std::string& name) {
+  FileSpec f;
+  f.path = scratch_path(name);
+  DsetSpec d;
+  d.name = "x";
+  d.type = H5T_STD_U16LE;
+  d.dims = {10};
+  d.layout = "contiguous";
+  write_dataset(f, d);
+  return f.path;
+}
+
 // This process's live helper children, by pid (found in /proc: parent = us, not a zombie).
 std::vector<pid_t> helper_children() {
   std::vector<pid_t> out;
@@ -73,14 +86,7 @@ std::vector<pid_t> helper_children() {
 }  // namespace
 
 TEST_CASE("helpers: start lazily, or all at once by start_idle, which is no request", "[h5helper]") {
-  FileSpec f;
-  f.path = scratch_path("helper_start.h5");
-  DsetSpec d;
-  d.name = "x";
-  d.type = H5T_STD_U16LE;
-  d.dims = {10};
-  d.layout = "contiguous";
-  write_dataset(f, d);
+  const std::string path = small_file("helper_start.h5");
   EngineOptions o = with_helpers();
   o.helper.count = 3;
   Engine e(o);
@@ -90,7 +96,7 @@ TEST_CASE("helpers: start lazily, or all at once by start_idle, which is no requ
   CHECK(started.size() == 3);
   CHECK(e.helpers()->requests() == 0);
   // The requests then go to the helpers already running; a second start_idle starts none.
-  CHECK(e.open_file(f.path)->kind_of("/x") == ObjectKind::Dataset);
+  CHECK(e.open_file(path)->kind_of("/x") == ObjectKind::Dataset);
   e.helpers()->start_idle();
   std::vector<pid_t> now = helper_children();
   std::sort(now.begin(), now.end());
@@ -144,18 +150,11 @@ TEST_CASE("helpers: metadata and library reads equal the in-process answers and 
 }
 
 TEST_CASE("helpers: one killed while idle is restarted, its files are not marked bad", "[h5helper]") {
-  FileSpec f;
-  f.path = scratch_path("helper_kill.h5");
-  DsetSpec d;
-  d.name = "x";
-  d.type = H5T_STD_U16LE;
-  d.dims = {10};
-  d.layout = "contiguous";
-  write_dataset(f, d);
+  const std::string path = small_file("helper_kill.h5");
   EngineOptions o = with_helpers();
   o.helper.count = 1;
   Engine e(o);
-  auto h = e.open_file(f.path);
+  auto h = e.open_file(path);
   REQUIRE(h->kind_of("/x") == ObjectKind::Dataset);
   // Kill this process's helper children, by pid (found in /proc: parent = us).
   int killed = 0;
