@@ -113,6 +113,17 @@ int effective_readahead_kb(int opt) {
   return ::geteuid() == 0 ? 1024 : 0;
 }
 
+// The read-ahead in whole requests: with requests capped below it (max_read, for spliced
+// replies), a window of 1 MiB took a request of 964 KiB and one of 60 KiB, each a round trip.
+// Rounded up to a multiple of the cap, every window is requests of the cap's size: 401 -> 214
+// requests for a 210 MB mmap copy, 5-15% faster on uncompressed and deflate data
+// (docs/benchmarks.md). Never below what was asked; unchanged when requests are not capped.
+unsigned whole_requests_kb(unsigned kb, size_t max_read) {
+  const size_t cap_kb = max_read / 1024;
+  if (kb == 0 || cap_kb == 0 || kb % cap_kb == 0) return kb;
+  return static_cast<unsigned>((kb + cap_kb - 1) / cap_kb * cap_kb);
+}
+
 // Writes the mount's read-ahead to sysfs; false when it cannot (not root, no device).
 bool set_readahead(const std::string& mnt, unsigned kb, bool verbose = true) {
   if (kb == 0) return false;
@@ -456,7 +467,8 @@ int run_mount(int argc, char** argv) {
   Context ctx;
   ctx.opts = m.fuse;
   ctx.mountpoint = m.mountpoint;
-  ctx.readahead_kb = static_cast<unsigned>(std::max(0, effective_readahead_kb(m.fuse.readahead_kb)));
+  ctx.readahead_kb =
+      whole_requests_kb(static_cast<unsigned>(std::max(0, effective_readahead_kb(m.fuse.readahead_kb))), max_read);
   ctx.at_init = raise_readahead;
   ctx.max_read = max_read;
   std::unique_ptr<fuse_session, SessionDeleter> se(

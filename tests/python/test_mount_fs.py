@@ -256,19 +256,45 @@ def test_mount_helper_conventions(srcdir, mount):
     assert 'ro' in fields[3].split(',')
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason='readahead_kb needs root')
-def test_readahead_kb(srcdir, mount):
-    m = mount(srcdir, 'readahead_kb=1024')
+def mount_read_ahead(m, expected):
+    """The mount's read-ahead in sysfs, once the daemon has set it (right after INIT)."""
     dev = os.stat(m.mnt).st_dev
     path = f'/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb'
-    # set by the daemon right after the kernel's INIT handshake
     for _ in range(100):
         with open(path) as f:
-            if int(f.read()) == 1024:
+            if int(f.read()) == expected:
                 break
         time.sleep(0.05)
     with open(path) as f:
-        assert int(f.read()) == 1024, m.log()
+        return int(f.read())
+
+
+def mount_max_read(m):
+    """The request cap the kernel shows for the mount (/proc/self/mounts), or None."""
+    with open('/proc/self/mounts') as f:
+        opts = [ln.split()[3] for ln in f if f' {m.mnt} ' in ln][0]
+    caps = [int(o.split('=')[1]) for o in opts.split(',') if o.startswith('max_read=')]
+    return caps[0] if caps else None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason='readahead_kb needs root')
+@pytest.mark.parametrize('opts', ['readahead_kb=1024', 'readahead_kb=1024,splice=0', 'readahead_kb=3000'])
+def test_readahead_kb_in_whole_requests(srcdir, mount, opts):
+    """readahead_kb as asked, rounded up to whole requests when they are capped (splice=1: a
+    window of 1 MiB would otherwise take a request of 964 KiB and one of 60 KiB)."""
+    asked = int(opts.split(',')[0].split('=')[1])
+    m = mount(srcdir, opts)
+    cap = mount_max_read(m)
+    if 'splice=0' in opts:
+        assert cap is None or cap >= asked * 1024, cap
+    elif int(open('/proc/sys/fs/pipe-max-size').read()) <= 1 << 20:
+        assert cap is not None and cap % 4096 == 0 and cap < 1 << 20, cap  # a 1 MiB reply cannot fit
+    cap_kb = cap // 1024 if cap and cap < asked * 1024 else None
+    expected = -(-asked // cap_kb) * cap_kb if cap_kb else asked
+    got = mount_read_ahead(m, expected)
+    assert got == expected and got >= asked, (got, expected, cap, m.log())
+    if cap_kb:
+        assert got % cap_kb == 0 and got - cap_kb < asked
 
 
 def test_config_file(srcdir, mount):

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Two mount.h5direct binaries side by side on one dataset: a change measured against the binary
+before it, in one run, passes alternating between them (this machine is shared and noisy).
+
+    bench_ab.py OLD NEW SRC DATASET [--rounds N] [--opts O] [--hold-freed-pages]
+
+OLD and NEW are mount.h5direct binaries (each with its h5direct-helper beside it, as a build
+puts them), SRC the source file or directory, DATASET the path of the virtual file without
+suffix (e.g. frames.h5/data). Every pass is a fresh mount of the binary; patterns: `slice10`
+(np.array of the middle 10% of the rows through mmap, np.load's open included), `mmap` (a full
+copy through mmap), `read` (read() of the .raw in 1 MiB calls). Prints the medians of each
+binary, the ratio old/new (> 1: NEW is faster), and the requests of each pass (stats.json).
+"""
+import argparse
+import json
+import os
+import os.path as osp
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+import benchlib  # noqa: E402
+
+p = argparse.ArgumentParser()
+p.add_argument('old')
+p.add_argument('new')
+p.add_argument('src')
+p.add_argument('dataset')
+p.add_argument('--rounds', type=int, default=5)
+p.add_argument('--opts', default=None, help='mount options for both binaries')
+p.add_argument('--hold-freed-pages', action='store_true',
+               help='keep freed pages in the guest for the run (benchlib.hold_freed_pages)')
+args = p.parse_args()
+if args.hold_freed_pages:
+    benchlib.hold_freed_pages()
+
+PATTERNS = ('slice10', 'mmap', 'read')
+mnt = tempfile.mkdtemp(prefix='ab-mnt-')
+times = {(b, pat): [] for b in ('old', 'new') for pat in PATTERNS}
+reads = {(b, pat): [] for b in ('old', 'new') for pat in PATTERNS}
+out = buf = None
+
+
+def one_pass(binary, pat):
+    global out, buf
+    with benchlib.mount_h5direct(binary, args.src, args.opts, mnt=mnt):
+        npy = osp.join(mnt, args.dataset + '.npy')
+        raw = osp.join(mnt, args.dataset + '.raw')
+        t = time.perf_counter()
+        if pat == 'read':
+            if buf is None:
+                buf = bytearray(os.stat(raw).st_size)
+                t = time.perf_counter()
+            benchlib.read_all(raw, buf)
+        else:
+            a = np.load(npy, mmap_mode='r')
+            if pat == 'slice10':
+                n = a.shape[0]
+                np.array(a[n // 2: n // 2 + max(1, n // 10)])
+            else:
+                if out is None or out.shape != a.shape:
+                    out = np.empty(a.shape, a.dtype)
+                out[...] = a
+            del a
+        secs = time.perf_counter() - t
+        with open(osp.join(mnt, '.h5direct', 'stats.json')) as f:
+            st = json.load(f)
+    return secs, st.get('reads', -1)
+
+
+try:
+    for r in range(args.rounds):
+        for pat in PATTERNS:
+            for b in (('old', 'new') if r % 2 == 0 else ('new', 'old')):
+                s, n = one_pass(getattr(args, b), pat)
+                times[(b, pat)].append(s)
+                reads[(b, pat)].append(n)
+finally:
+    os.rmdir(mnt)
+
+print(f'# {args.src} {args.dataset}, {args.rounds} rounds, opts={args.opts}; {benchlib.reporting_state()}')
+print('| pattern | old s | new s | old / new | requests old | requests new |')
+print('|---|---|---|---|---|---|')
+for pat in PATTERNS:
+    o = statistics.median(times[('old', pat)])
+    n = statistics.median(times[('new', pat)])
+    print(f'| {pat} | {o:.4f} | {n:.4f} | {o / n:.2f} | {statistics.median(reads[("old", pat)]):.0f} '
+          f'| {statistics.median(reads[("new", pat)]):.0f} |')
