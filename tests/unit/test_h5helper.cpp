@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <hdf5.h>
 #include <sys/stat.h>
 #include <signal.h>
@@ -21,6 +22,8 @@
 #include "core/euxfel/h5meta.h"
 #include "core/h5lib/h5file.h"
 #include "tests/support/h5fixture.h"
+#include "vfs/providers.h"
+#include "vfs/vfs.h"
 
 using namespace h5d;
 using namespace h5d::test;
@@ -441,4 +444,45 @@ TEST_CASE("helpers: a batch that crashes, hangs or garbles its helper marks no f
   }
   CHECK(remote.helpers()->failures() == 1);  // the crashing file, found by its own request
   ::unsetenv("H5DIRECT_HELPER_FAULT_FILE");
+}
+
+TEST_CASE("with HDF5 helpers, listing a group of many datasets takes a request per helper, not one each",
+          "[h5helper][vfs]") {
+  constexpr int kDatasets = 12;
+  const std::string dir = scratch_path("many_dsets");
+  ::mkdir(dir.c_str(), 0755);
+  FileSpec f;
+  f.path = dir + "/many.h5";
+  ::unlink(f.path.c_str());
+  for (int i = 0; i < kDatasets; ++i) {
+    DsetSpec d;
+    d.name = "d" + std::to_string(i);
+    d.dims = {hsize_t(4 + i), 3};
+    d.chunks = {2, 3};
+    d.deflate = i % 2 == 1;
+    write_dataset(f, d, static_cast<uint32_t>(40 + i));
+  }
+  Engine e(with_helpers());
+  vfs::VfsOptions vo;
+  vfs::Vfs fs(e, vo, dir);
+  vfs::install_builtin_providers(fs, vo);
+  const vfs::Attr file_dir = fs.lookup(vfs::Vfs::kRootIno, "many.h5");
+  const uint64_t r0 = e.helpers()->requests();
+  std::vector<std::string> names;
+  for (const auto& d : fs.readdir(file_dir.ino)) names.push_back(d.name);
+  // the group's listing, then its datasets' metadata in one batch (13 requests before)
+  CHECK(e.helpers()->requests() - r0 <= 2);
+  CHECK(e.helpers()->failures() == 0);
+  for (int i = 0; i < kDatasets; ++i) {
+    const std::string stem = "d" + std::to_string(i);
+    INFO(stem);
+    CHECK(std::count(names.begin(), names.end(), stem + ".raw") == 1);
+    const vfs::Attr raw = fs.lookup(file_dir.ino, stem + ".raw");
+    const std::vector<uint8_t> want = h5_read_all(f.path, "/" + stem);
+    REQUIRE(raw.size == want.size());
+    auto of = fs.open(raw.ino, O_RDONLY);
+    std::vector<uint8_t> got(want.size());
+    CHECK(fs.read(*of, 0, got.size(), reinterpret_cast<char*>(got.data())) == got.size());
+    CHECK(got == want);
+  }
 }
