@@ -169,6 +169,8 @@ const std::vector<Option>& options() {
   static const std::vector<Option> table = {
       {{"threads", "N", "the number of cores", "decode threads (1-1024)"},
        [](const Arg& a) { a.m.engine.threads = static_cast<unsigned>(a.uint(1, 1024)); }},
+      {{"io_depth", "N", "32", "source reads in flight for one file (1-1024); the daemon keeps twice as many I/O threads, so a file whose reads hang leaves as many to the others"},
+       [](const Arg& a) { a.m.engine.io_depth = static_cast<unsigned>(a.uint(1, 1024)); }},
       {{"cache_size", "SIZE", "1/8 of RAM, at most 4G", "decoded-chunk cache: 512M, 4G, 1.5GiB, bytes; 0 = the default"},
        [](const Arg& a) { a.m.engine.cache_bytes = a.size(0, 1ull << 40, "0"); }},
       {{"max_open_files", "N", "128", "file descriptors kept open (1-1048576)"},

@@ -650,7 +650,7 @@ class ChunkedWriter final : public DatasetWriter,
               }
             }
           }},
-          2 * pool.size());
+          2 * engine_.options().threads);
       if (!queued) now.push_back(j);
     }
     if (!now.empty()) write_jobs(now, /*complete=*/true);
@@ -716,6 +716,7 @@ class ChunkedWriter final : public DatasetWriter,
       std::vector<std::function<void()>> tasks;
       for (auto& j : jobs) {
         tasks.push_back([this, &j] {
+          CpuGate::Slot cpu(engine_.cpu());
           const auto& b = j.pending->buf;
           j.encoded = std::make_shared<std::vector<uint8_t>>(
               pipeline_.empty() ? b : encode_pipeline(pipeline_, itemsize_, b.data(), b.size()));

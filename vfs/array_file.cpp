@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "core/engine/engine.h"
+#include "core/engine/fd_cache.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "vfs/npy.h"
@@ -87,6 +88,16 @@ class ArrayOpenFile final : public OpenFile {
     if (dlen == 0) return false;  // the header alone: nothing to splice
     try {
       if (!array_->file_runs(doff, dlen, out.runs)) return false;
+      // A splice reads what the source's page cache lacks inside the request, one request at a
+      // time: cold bytes are read by the ordinary read instead, in requests spread over the I/O
+      // depth (docs/architecture.md, "The I/O path").
+      for (const FileRun& r : out.runs) {
+        if (!source_resident(r.fd->fd(), r.file_off, r.n)) {
+          node_.ctx_.engine.stats().splice_cold.fetch_add(1, std::memory_order_relaxed);
+          out = Spliced{};
+          return false;
+        }
+      }
     } catch (const std::exception&) {
       return false;  // the ordinary read gives (and logs) the error
     }

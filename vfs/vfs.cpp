@@ -346,6 +346,16 @@ std::string Vfs::render_stats() {
   j["cache_hits"] = st.cache_hits.load();
   j["cache_misses"] = st.cache_misses.load();
   j["bytes_pread"] = st.bytes_pread.load();
+  j["source_requests"] = st.source_requests.load();
+  j["merged_requests"] = st.merged_requests.load();
+  j["source_in_flight"] = st.source_in_flight.load();
+  j["source_in_flight_max"] = st.source_in_flight_max.load();
+  j["readahead_bytes"] = st.readahead_bytes.load();
+  j["readahead_resident_bytes"] = st.readahead_resident_bytes.load();
+  j["splice_cold"] = st.splice_cold.load();
+  j["io_depth"] = engine_.options().io_depth;
+  j["io_workers"] = engine_.pool().size();
+  j["io_workers_busy_max"] = engine_.pool().busy_max();
   j["bytes_pushed"] = st.bytes_pushed.load();
   j["library_reads"] = st.library_reads.load();
   if (HelperPool* hp = engine_.helpers())  // libhdf5 calls answered by the helper processes

@@ -45,6 +45,7 @@ class ChunkedArray final : public DatasetArray {
     // Unfiltered chunks become byte runs gathered across chunks, so neighbours in the file
     // merge into large preads straight into the destination.
     std::vector<Run> runs;
+    std::vector<Want> wants;  // compressed chunks
     for_each_chunk(r, [&](const Shape& cc, uint64_t lin, const Region& sub) {
       DestView d = dst;
       for (size_t k = 0; k < sub.start.size(); ++k)
@@ -63,16 +64,9 @@ class ChunkedArray final : public DatasetArray {
         collect_runs(loc->addr, chunk_ext_, dtype().itemsize, in_chunk, d, runs);
         return;
       }
-      fmt::ChunkLoc l = *loc;
-      const bool to_end = reaches_chunk_end(cc, in_chunk);
-      plan.add([this, cc, lin, l, in_chunk, d, to_end] {
-        ChunkBytes bytes = get_chunk(cc, lin, l);
-        copy_region(in_chunk.count, dtype().itemsize,
-                    bytes->data() + offset_in_chunk(in_chunk.start), c_strides(chunk_ext_, dtype().itemsize),
-                    d.base, d.strides);
-        if (to_end) engine_.cache().consumed(ChunkKey{array_id_, lin});
-      });
+      wants.push_back(Want{cc, lin, *loc, in_chunk, d, reaches_chunk_end(cc, in_chunk)});
     });
+    plan_chunks(std::move(wants), plan, /*prefetch=*/false);
     if (!runs.empty()) plan_runs(engine_, info_->file, st_.file_id, what_, runs, plan);
     if (log::debug_enabled()) log::debug("read " + what_ + ": direct (chunked, " + info_->chunk_index + ")");
   }
@@ -111,7 +105,8 @@ class ChunkedArray final : public DatasetArray {
   void plan_prefetch(const Region& r, ReadPlan& plan) const override {
     if (r.empty()) return;
     const ChunkContext& ctx = context();
-    std::vector<Run> runs;  // chunks stored as they are read: the kernel reads them ahead
+    std::vector<Run> runs;  // chunks stored as they are read: read into the source's page cache
+    std::vector<Want> wants;
     for_each_chunk(r, [&](const Shape& cc, uint64_t lin, const Region& sub) {
       const fmt::ChunkLoc* loc = ctx.map.find(lin);
       if (!loc || !chunk_ok(ctx, cc, lin, *loc)) return;
@@ -122,17 +117,10 @@ class ChunkedArray final : public DatasetArray {
         return;
       }
       if (engine_.cache().contains(ChunkKey{array_id_, lin})) return;
-      fmt::ChunkLoc l = *loc;
-      plan.add([this, cc, lin, l] {
-        try {
-          get_chunk(cc, lin, l);
-          engine_.stats().chunks_prefetched.fetch_add(1, std::memory_order_relaxed);
-        } catch (const std::exception&) {
-          // The reader that asks for this chunk gets (and logs) the error.
-        }
-      });
+      wants.push_back(Want{cc, lin, *loc, {}, {}, false});
     });
-    plan_willneed(engine_, info_->file, st_.file_id, runs, plan);
+    plan_chunks(std::move(wants), plan, /*prefetch=*/true);
+    plan_readahead(engine_, info_->file, st_.file_id, what_, runs, plan);
   }
 
   // The chunk's run of C-order bytes around `off`: along the last axis the chunk does not span
@@ -306,30 +294,164 @@ class ChunkedArray final : public DatasetArray {
     return off;
   }
 
-  ChunkBytes get_chunk(const Shape& cc, uint64_t lin, const fmt::ChunkLoc& loc) const {
+  // A compressed chunk a plan reads: where it is, and (for a reader; prefetch leaves them
+  // empty) the part of it wanted and where that goes.
+  struct Want {
+    Shape cc;
+    uint64_t lin = 0;
+    fmt::ChunkLoc loc;
+    Region in_chunk;
+    DestView d;
+    bool to_end = false;
+  };
+
+  // Plans the compressed chunks of one read. Chunks that lie next to each other in the file (at
+  // most a page apart: alignment padding) are read with one source request, up to the read's
+  // request size (Engine::request_size: the read spread over the I/O depth) and at most
+  // Engine::kMaxScratchRequest; their decoding then fans out over the pool. A chunk already
+  // decoded or being decoded is not read again.
+  void plan_chunks(std::vector<Want> wants, ReadPlan& plan, bool prefetch) const {
+    if (wants.empty()) return;
+    const uint64_t key = file_key(info_->file);
+    const uint64_t cap = std::min(plan.request, Engine::kMaxScratchRequest);
+    std::vector<Want> alone;
+    if (wants.size() > 1 && cap > 0) {
+      std::stable_sort(wants.begin(), wants.end(), [](const Want& a, const Want& b) { return a.loc.addr < b.loc.addr; });
+      std::vector<Want> group;
+      uint64_t lo = 0, hi = 0;
+      const auto flush = [&] {
+        if (group.size() == 1) alone.push_back(std::move(group[0]));
+        else if (!group.empty()) plan.add(group_task(std::move(group), prefetch), key);
+        group.clear();
+      };
+      for (Want& w : wants) {
+        const uint64_t end = w.loc.addr + w.loc.size;
+        const bool joins = !group.empty() && w.loc.addr >= hi && w.loc.addr - hi <= kMergeGap && end - lo <= cap &&
+                           !engine_.cache().contains(ChunkKey{array_id_, w.lin});
+        if (!joins) {
+          flush();
+          lo = w.loc.addr;
+        }
+        hi = end;
+        group.push_back(std::move(w));
+      }
+      flush();
+    } else {
+      alone = std::move(wants);
+    }
+    for (Want& w : alone) plan.add(chunk_task(std::move(w), prefetch, nullptr), key);
+  }
+
+  // The task that reads (or finds cached) one chunk and, for a reader, copies its part out.
+  // `stored`: the chunk's stored bytes, already read by a merged request (or null).
+  std::function<void()> chunk_task(Want w, bool prefetch, std::shared_ptr<const std::vector<uint8_t>> stored,
+                                   uint64_t stored_at = 0) const {
+    // A decode-ahead task runs when nobody waits for it: it holds the array.
+    std::shared_ptr<const DatasetArray> keep = prefetch ? weak_from_this().lock() : nullptr;
+    return [this, keep, w = std::move(w), prefetch, stored = std::move(stored), stored_at] {
+      const uint8_t* src = stored ? stored->data() + (w.loc.addr - stored_at) : nullptr;
+      if (prefetch) {
+        try {
+          get_chunk(w.cc, w.lin, w.loc, src);
+          engine_.stats().chunks_prefetched.fetch_add(1, std::memory_order_relaxed);
+        } catch (const std::exception&) {
+          // The reader that asks for this chunk gets (and logs) the error.
+        }
+        return;
+      }
+      ChunkBytes bytes = get_chunk(w.cc, w.lin, w.loc, src);
+      copy_region(w.in_chunk.count, dtype().itemsize,
+                  bytes->data() + offset_in_chunk(w.in_chunk.start), c_strides(chunk_ext_, dtype().itemsize),
+                  w.d.base, w.d.strides);
+      if (w.to_end) engine_.cache().consumed(ChunkKey{array_id_, w.lin});
+    };
+  }
+
+  // One source request for chunks adjacent in the file, then their decoding on the pool. The
+  // request covers the chunks not cached (nor being decoded) when it starts; when it fails, each
+  // chunk is read on its own, so the error names the chunk it is about.
+  std::function<void()> group_task(std::vector<Want> group, bool prefetch) const {
+    std::shared_ptr<const DatasetArray> keep = prefetch ? weak_from_this().lock() : nullptr;
+    return [this, keep, group = std::move(group), prefetch]() mutable {
+      uint64_t lo = ~0ull, hi = 0;
+      size_t n = 0;
+      for (const Want& w : group) {
+        if (engine_.cache().contains(ChunkKey{array_id_, w.lin})) continue;
+        lo = std::min(lo, w.loc.addr);
+        hi = std::max(hi, w.loc.addr + w.loc.size);
+        ++n;
+      }
+      std::shared_ptr<std::vector<uint8_t>> stored;
+      if (n > 1) {
+        try {
+          check_in_file(st_.file_id, lo, hi - lo, what_ + ": chunks");
+          auto buf = std::make_shared<std::vector<uint8_t>>(hi - lo);
+          auto fd = engine_.fds().get(info_->file, &st_.file_id);
+          engine_.source_read(fd->fd(), buf->data(), hi - lo, lo, info_->file);
+          FdCache::verify(info_->file, st_.file_id);
+          engine_.stats().merged_requests.fetch_add(1, std::memory_order_relaxed);
+          stored = std::move(buf);
+        } catch (const std::exception&) {
+          stored.reset();  // each chunk reads (and names) itself
+        }
+      }
+      std::vector<std::function<void()>> tasks;
+      for (Want& w : group) {
+        const bool in_buf = stored && w.loc.addr >= lo && w.loc.addr + w.loc.size <= hi;
+        tasks.push_back(chunk_task(std::move(w), prefetch, in_buf ? stored : nullptr, lo));
+      }
+      engine_.pool().run_all(tasks, file_key(info_->file));
+    };
+  }
+
+  // Stored chunks at most this far apart are read with one request: HDF5 aligns chunks to at
+  // most a page when asked to (H5Pset_alignment), and a page more costs a store nothing.
+  static constexpr uint64_t kMergeGap = 4096;
+  static constexpr uint64_t kKeepStored = 4ull << 20;
+
+  ChunkBytes get_chunk(const Shape& cc, uint64_t lin, const fmt::ChunkLoc& loc, const uint8_t* stored = nullptr) const {
     bool hit = false;
-    ChunkBytes b = engine_.cache().get_or_load(ChunkKey{array_id_, lin}, [&] { return decode(cc, loc); }, &hit);
+    ChunkBytes b =
+        engine_.cache().get_or_load(ChunkKey{array_id_, lin}, [&] { return decode(cc, loc, stored); }, &hit);
     (hit ? engine_.stats().cache_hits : engine_.stats().cache_misses).fetch_add(1, std::memory_order_relaxed);
     return b;
   }
 
-  ChunkBytes decode(const Shape& cc, const fmt::ChunkLoc& loc) const {
+  // Reads (unless `stored` holds its bytes already) and decodes one chunk; the decoding holds
+  // one of the engine's CPU slots.
+  ChunkBytes decode(const Shape& cc, const fmt::ChunkLoc& loc, const uint8_t* stored) const {
     try {
       if (loc.size > (uint64_t(1) << 34)) fail_data("stored chunk size " + std::to_string(loc.size) + " is implausible");
       const auto t0 = std::chrono::steady_clock::now();
-      auto fd = engine_.fds().get(info_->file, &st_.file_id);
       thread_local std::vector<uint8_t> in;
       in.resize(loc.size);
-      pread_exact(fd->fd(), in.data(), loc.size, loc.addr, info_->file);
-      FdCache::verify(info_->file, st_.file_id);
-      engine_.stats().bytes_pread.fetch_add(loc.size, std::memory_order_relaxed);
+      if (stored) {
+        std::memcpy(in.data(), stored, loc.size);
+      } else {
+        auto fd = engine_.fds().get(info_->file, &st_.file_id);
+        engine_.source_read(fd->fd(), in.data(), loc.size, loc.addr, info_->file);
+        FdCache::verify(info_->file, st_.file_id);
+      }
+      const auto t1 = std::chrono::steady_clock::now();
       auto out = engine_.buffers().get(chunk_bytes_);
-      decode_chunk(info_->filters, loc.filter_mask, info_->dtype.itemsize, in, chunk_bytes_, *out);
+      {
+        CpuGate::Slot cpu(engine_.cpu());
+        decode_chunk(info_->filters, loc.filter_mask, info_->dtype.itemsize, in, chunk_bytes_, *out);
+      }
       engine_.stats().chunks_decoded.fetch_add(1, std::memory_order_relaxed);
+      // Reading and decoding; with -o debug, how long the source took.
+      const auto t2 = std::chrono::steady_clock::now();
       engine_.stats().decode_ns.fetch_add(
-          uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count()),
-          std::memory_order_relaxed);
-      if (in.capacity() > (64u << 20)) std::vector<uint8_t>().swap(in);
+          uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t2 - t0).count()), std::memory_order_relaxed);
+      if (log::debug_enabled())
+        log::debug("chunk " + coords_str(cc) + " of " + what_ + ": " +
+                   (stored ? std::string("in a merged request") :
+                             "read in " + std::to_string(std::chrono::duration<double, std::milli>(t1 - t0).count()) + " ms") +
+                   ", decoded in " + std::to_string(std::chrono::duration<double, std::milli>(t2 - t1).count()) +
+                   " ms (waiting for a CPU slot included)");
+      // Each pool worker keeps its stored-chunk buffer (fresh pages cost a fault and a zeroed
+      // page each on every read otherwise), up to kKeepStored: the pool has many workers.
+      if (in.capacity() > kKeepStored) std::vector<uint8_t>().swap(in);
       return out;
     } catch (...) {
       rethrow_with_context(what_ + ": chunk " + coords_str(cc) + " at file offset " + std::to_string(loc.addr) +

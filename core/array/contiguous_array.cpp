@@ -62,7 +62,7 @@ class ContiguousArray final : public DatasetArray {
     if (r.empty() || addr_ == fmt::kUndefAddr) return;
     if (nbytes() > stored_) return;
     std::vector<Run> runs{file_span(addr_, shape(), dtype().itemsize, r)};
-    plan_willneed(engine_, info_->file, file_id_, runs, plan);
+    plan_readahead(engine_, info_->file, file_id_, what_, runs, plan);
   }
 
  private:

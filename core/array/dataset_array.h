@@ -16,7 +16,9 @@ class Engine;
 
 namespace h5d::detail {
 
-class DatasetArray : public Array {
+// Shared-owned (make_shared), so that decode-ahead tasks, which nobody waits for, keep the
+// array they read alive (weak_from_this().lock()).
+class DatasetArray : public Array, public std::enable_shared_from_this<DatasetArray> {
  public:
   DatasetArray(Engine& engine, std::shared_ptr<const DatasetInfo> info)
       : engine_(engine), info_(std::move(info)), what_(info_->file + ":" + info_->path) {}
@@ -47,18 +49,21 @@ void check_in_file(const FileIdentity& id, uint64_t addr, uint64_t n, const std:
 void collect_runs(uint64_t addr, const Shape& shape, size_t itemsize, const Region& r, const DestView& dst,
                   std::vector<Run>& runs);
 
-// Turns runs into pool tasks of about `split` bytes each (large runs are cut).
+// Turns runs into pool tasks, one source request each: a run longer than the plan's request
+// size (ReadPlan::request) is cut into pieces read in parallel; runs shorter than
+// Engine::kMinRequest share a task (a few small requests in a row).
 // `id` is the file the runs were computed from: a file changed since fails with ESTALE, checked
 // before and after the preads.
 void plan_runs(Engine& engine, const std::string& path, const FileIdentity& id, const std::string& what,
                std::vector<Run>& runs, ReadPlan& plan);
 
-// The decode-ahead of bytes stored as they are read (contiguous data, unfiltered chunks): ask the
-// kernel to read the file ranges of `runs` into its page cache now (posix_fadvise WILLNEED starts
-// the reads and returns), so that a stream over cold data finds them there. Neighbouring runs
-// are merged; one pool task for all of them.
-void plan_willneed(Engine& engine, const std::string& path, const FileIdentity& id, std::vector<Run>& runs,
-                   ReadPlan& plan);
+// The decode-ahead of bytes stored as they are read (contiguous data, unfiltered chunks): read the
+// file ranges of `runs` into the source's page cache now, in requests of the plan's request size
+// (at most Engine::kMaxScratchRequest) on the pool, so that a stream over cold data finds them
+// there (and its spliced replies do not wait for the source). A piece the page cache holds
+// already costs no request (source_resident). Neighbouring runs are merged.
+void plan_readahead(Engine& engine, const std::string& path, const FileIdentity& id, const std::string& what,
+                    std::vector<Run>& runs, ReadPlan& plan);
 
 // The file bytes from the first to the last element of region `r` of a C-order block of `shape`
 // stored at `addr` (a read-ahead hint: for regions of whole rows exactly their bytes).

@@ -70,41 +70,44 @@ void collect_runs(uint64_t addr, const Shape& shape, size_t itemsize, const Regi
 
 void plan_runs(Engine& engine, const std::string& path, const FileIdentity& id, const std::string& what,
                std::vector<Run>& runs, ReadPlan& plan) {
-  const uint64_t split = std::max<uint64_t>(engine.options().contiguous_split, 64 * 1024);
+  const uint64_t piece = plan.request ? plan.request : Engine::kMaxRequest;
+  const uint64_t key = file_key(path);
   std::vector<Run> batch;
   uint64_t batch_bytes = 0;
   auto flush = [&] {
     if (batch.empty()) return;
     plan.add([&engine, path, id, what, b = std::move(batch)] {
       auto fd = engine.fds().get(path, &id);
-      for (const Run& r : b) {
-        pread_exact(fd->fd(), r.dst, r.n, r.src, what);
-        engine.stats().bytes_pread.fetch_add(r.n, std::memory_order_relaxed);
-      }
+      for (const Run& r : b) engine.source_read(fd->fd(), r.dst, r.n, r.src, what);
       FdCache::verify(path, id);
-    });
+    }, key);
     batch.clear();
     batch_bytes = 0;
   };
   for (Run r : runs) {
-    while (r.n > split) {
+    if (r.n >= Engine::kMinRequest) {  // a request of its own, or several in parallel
       flush();
-      batch.push_back({r.src, r.dst, split});
-      batch_bytes = split;
-      flush();
-      r.src += split;
-      r.dst += split;
-      r.n -= split;
+      const uint64_t n_pieces = (r.n + piece - 1) / piece;
+      const uint64_t each = (r.n + n_pieces - 1) / n_pieces;  // equal pieces: no short tail request
+      while (r.n > 0) {
+        const uint64_t n = std::min(each, r.n);
+        batch.push_back({r.src, r.dst, n});
+        flush();
+        r.src += n;
+        r.dst += n;
+        r.n -= n;
+      }
+      continue;
     }
-    if (batch_bytes + r.n > split) flush();
+    if (batch_bytes + r.n > Engine::kMinRequest) flush();
     batch.push_back(r);
     batch_bytes += r.n;
   }
   flush();
 }
 
-void plan_willneed(Engine& engine, const std::string& path, const FileIdentity& id, std::vector<Run>& runs,
-                   ReadPlan& plan) {
+void plan_readahead(Engine& engine, const std::string& path, const FileIdentity& id, const std::string& what,
+                    std::vector<Run>& runs, ReadPlan& plan) {
   if (runs.empty()) return;
   std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.src < b.src; });
   std::vector<std::pair<uint64_t, uint64_t>> ranges;  // (offset, length)
@@ -114,15 +117,31 @@ void plan_willneed(Engine& engine, const std::string& path, const FileIdentity& 
     else
       ranges.emplace_back(r.src, r.n);
   }
-  plan.add([&engine, path, id, ranges = std::move(ranges)] {
-    try {
-      auto fd = engine.fds().get(path, &id);
-      for (const auto& [off, len] : ranges)
-        ::posix_fadvise(fd->fd(), static_cast<off_t>(off), static_cast<off_t>(len), POSIX_FADV_WILLNEED);
-    } catch (const std::exception&) {
-      // A read-ahead hint only: the reader's own read reports what is wrong.
+  const uint64_t piece = std::min(plan.request ? plan.request : Engine::kMinRequest, Engine::kMaxScratchRequest);
+  const uint64_t key = file_key(path);
+  for (auto [off, len] : ranges) {
+    while (len > 0) {
+      const uint64_t n = std::min(piece, len);
+      plan.add([&engine, path, id, what, off, n] {
+        try {
+          auto fd = engine.fds().get(path, &id);
+          if (source_resident(fd->fd(), off, n)) {
+            engine.stats().readahead_resident_bytes.fetch_add(n, std::memory_order_relaxed);
+            return;
+          }
+          thread_local std::vector<uint8_t> scratch;
+          if (scratch.size() < n) scratch.resize(n);
+          engine.source_read(fd->fd(), scratch.data(), n, off, what + " (read-ahead)");
+          engine.stats().bytes_pread.fetch_sub(n, std::memory_order_relaxed);  // counted apart
+          engine.stats().readahead_bytes.fetch_add(n, std::memory_order_relaxed);
+        } catch (const std::exception&) {
+          // Read-ahead only: the reader's own read reports what is wrong.
+        }
+      }, key);
+      off += n;
+      len -= n;
     }
-  });
+  }
 }
 
 Run file_span(uint64_t addr, const Shape& shape, size_t itemsize, const Region& r) {

@@ -82,6 +82,7 @@ class VirtualArray final : public Array {
     if (res.use_fallback) return fallback_->plan(r, dst, plan);
     uint64_t covered = 0;
     ReadPlan sub;
+    sub.request = plan.request;
     // VDS over VDS is followed to any depth, but a chain that loops must not recurse forever.
     thread_local int depth = 0;
     if (depth > 32) fail(ELOOP, what_ + ": VDS mappings nest more than 32 deep (a loop?)");
@@ -104,7 +105,7 @@ class VirtualArray final : public Array {
     --depth;
     if (covered < r.elements()) fill_region(r.count, info_->fill_value, dst.base, dst.strides);
     if (log::debug_enabled()) log::debug("read " + what_ + ": direct (virtual, " + std::to_string(sub.tasks.size()) + " source tasks)");
-    for (auto& t : sub.tasks) plan.add(std::move(t));
+    plan.append(std::move(sub));
   }
 
   void plan_prefetch(const Region& r, ReadPlan& plan) const override {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -57,8 +58,13 @@ Engine::Engine(EngineOptions opts) : opts_(opts) {
   if (opts_.threads == 0) opts_.threads = std::max(1u, std::thread::hardware_concurrency());
   if (opts_.cache_bytes == 0) opts_.cache_bytes = default_cache_bytes();
   h5::init_library();
+  if (opts_.io_depth == 0) opts_.io_depth = kDefaultIoDepth;
   if (!opts_.helper.path.empty()) helpers_ = std::make_unique<HelperPool>(opts_.helper);
-  pool_ = std::make_unique<ThreadPool>(opts_.threads);
+  cpu_ = std::make_unique<CpuGate>(opts_.threads);
+  // One file's tasks may hold io_depth workers (or `threads`, so that one file still decodes on
+  // every core); the pool has twice that, so a file whose reads hang leaves as many to others.
+  const unsigned per_file = std::max(opts_.io_depth, opts_.threads);
+  pool_ = std::make_unique<ThreadPool>(2 * per_file, per_file);
   fds_ = std::make_unique<FdCache>(opts_.max_open_files);
   cache_ = std::make_unique<ChunkCache>(opts_.cache_bytes);
   // Idle decode buffers on top of the cache budget: an eighth of it, at most 64 MiB; 4 MiB of
@@ -108,10 +114,41 @@ void Engine::forget_file(const std::string& path) {
   files_.erase(it);
 }
 
+uint64_t Engine::request_size(uint64_t bytes) const {
+  return std::clamp<uint64_t>(bytes / std::max(1u, opts_.io_depth), kMinRequest, kMaxRequest);
+}
+
+void Engine::run(ReadPlan& plan) {
+  pool_->run_all(plan.tasks, plan.common_key());
+  plan.keys.clear();
+}
+
+void Engine::source_read(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what) {
+  const uint64_t now = stats_.source_in_flight.fetch_add(1, std::memory_order_relaxed) + 1;
+  uint64_t max = stats_.source_in_flight_max.load(std::memory_order_relaxed);
+  while (now > max && !stats_.source_in_flight_max.compare_exchange_weak(max, now, std::memory_order_relaxed)) {
+  }
+  struct Done {
+    std::atomic<uint64_t>& c;
+    ~Done() { c.fetch_sub(1, std::memory_order_relaxed); }
+  } done{stats_.source_in_flight};
+  const bool dbg = log::debug_enabled();
+  const auto t0 = dbg ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  pread_exact(fd, buf, n, off, what);
+  stats_.source_requests.fetch_add(1, std::memory_order_relaxed);
+  stats_.bytes_pread.fetch_add(n, std::memory_order_relaxed);
+  if (dbg) {
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    log::debug("source read " + what + " at " + std::to_string(off) + " (" + std::to_string(n) + " bytes): " +
+               std::to_string(ms) + " ms, " + std::to_string(now) + " in flight");
+  }
+}
+
 void Engine::read_region(const Array& a, const Region& r, const DestView& dst) {
   ReadPlan plan;
+  plan.request = request_size(r.elements() * a.dtype().itemsize);
   a.plan(r, dst, plan);
-  pool_->run_all(plan.tasks);
+  run(plan);
 }
 
 void Engine::read_bytes(const Array& a, uint64_t off, uint64_t len, uint8_t* out) {
@@ -134,6 +171,7 @@ void Engine::read_bytes(const Array& a, uint64_t off, uint64_t len, uint8_t* out
   if (has_tail) tail.resize(E);
 
   ReadPlan plan;
+  plan.request = request_size(len);
   auto plan_elems = [&](uint64_t e0, uint64_t e1, uint8_t* base_for_e0) {
     for_each_region_in_range(shape, e0, e1, [&](const Region& r) {
       uint64_t flat = 0;
@@ -145,7 +183,7 @@ void Engine::read_bytes(const Array& a, uint64_t off, uint64_t len, uint8_t* out
   if (has_head) plan_elems(e_head, e_head + 1, head.data());
   if (m1 > m0) plan_elems(m0, m1, out + (m0 * E - off));
   if (has_tail) plan_elems(e_tail, e_tail + 1, tail.data());
-  pool_->run_all(plan.tasks);
+  run(plan);
   if (has_head) {
     uint64_t skip = off - e_head * E;
     std::memcpy(out, head.data() + skip, std::min<uint64_t>(E - skip, len));
@@ -175,6 +213,7 @@ void Engine::prefetch_bytes(const Array& a, uint64_t off, uint64_t len, std::sha
   const uint64_t E = a.dtype().itemsize;
   const uint64_t end = off + len;
   ReadPlan plan;
+  plan.request = request_size(len);
   const auto plan_range = [&](uint64_t lo, uint64_t hi) {
     for_each_region_in_range(a.shape(), lo / E, (hi + E - 1) / E, [&](const Region& r) { a.plan_prefetch(r, plan); });
   };
@@ -200,7 +239,7 @@ void Engine::prefetch_bytes(const Array& a, uint64_t off, uint64_t len, std::sha
       lo = hi;
     }
   }
-  if (!plan.tasks.empty()) pool_->try_run_detached(std::move(plan.tasks));
+  if (!plan.tasks.empty()) pool_->try_run_detached(std::move(plan.tasks), 64, plan.common_key());
 }
 
 }  // namespace h5d

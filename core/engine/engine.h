@@ -21,7 +21,11 @@ class ChunkCache;
 class H5File;
 
 struct EngineOptions {
-  unsigned threads = std::thread::hardware_concurrency();  // decode threads
+  unsigned threads = std::thread::hardware_concurrency();  // decode threads (CPU slots)
+  // Source reads in flight for one file at once (the pool's per-file limit; the pool has twice
+  // as many workers, so a file whose reads hang leaves as many to the others). 0: the default,
+  // kDefaultIoDepth. docs/architecture.md, "The I/O path", says why.
+  unsigned io_depth = 0;
   uint64_t cache_bytes = 0;        // decoded-chunk cache budget; 0 = default (1/8 of RAM, <= 4 GiB)
   unsigned max_open_files = 128;   // descriptors kept open (HDF5 handles are bounded alike)
   uint64_t contiguous_split = 8ull << 20;  // large contiguous reads are split into jobs this size
@@ -40,6 +44,17 @@ struct Stats {
   std::atomic<uint64_t> cache_hits{0};
   std::atomic<uint64_t> cache_misses{0};
   std::atomic<uint64_t> bytes_pread{0};
+  // The data path's source requests (preads of chunks, byte runs and read-ahead pieces): how
+  // many, how many served several chunks at once (merged), the most in flight at once seen, and
+  // the bytes read ahead of a stream into the source's page cache (readahead_bytes, not counted
+  // in bytes_pread) or found there already (readahead_resident_bytes: no request made).
+  std::atomic<uint64_t> source_requests{0};
+  std::atomic<uint64_t> merged_requests{0};
+  std::atomic<uint64_t> source_in_flight{0};
+  std::atomic<uint64_t> source_in_flight_max{0};
+  std::atomic<uint64_t> readahead_bytes{0};
+  std::atomic<uint64_t> readahead_resident_bytes{0};
+  std::atomic<uint64_t> splice_cold{0};  // spliced reads refused because the source was not cached
   std::atomic<uint64_t> bytes_pushed{0};  // pushed into the page cache by the FUSE adapter
   std::atomic<uint64_t> bytes_spliced{0};  // replied from source files without a copy here
   std::atomic<uint64_t> library_reads{0};
@@ -79,8 +94,29 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
+  // Source requests: at least this large when a read is split over the I/O depth (the kernel's
+  // own default read-ahead window, 128 KiB: what it deems worth one request to any storage),
+  // and at most kMaxRequest straight into a reader's buffer (GPFS stops overlapping reads larger
+  // than ~48 MiB: cold-storage.md) or kMaxScratchRequest into a buffer of ours (merged
+  // compressed chunks, read-ahead): that bounds the memory of a request in flight.
+  static constexpr uint64_t kMinRequest = 128ull << 10;
+  static constexpr uint64_t kMaxRequest = 32ull << 20;
+  static constexpr uint64_t kMaxScratchRequest = 1ull << 20;
+  static constexpr unsigned kDefaultIoDepth = 32;
+
   const EngineOptions& options() const { return opts_; }
   ThreadPool& pool() { return *pool_; }
+  // CPU-bound work (decoding, encoding) holds a slot: at most `threads` at once.
+  CpuGate& cpu() { return *cpu_; }
+  // The size of one source request for a read of `bytes`: spread over the I/O depth (one wave
+  // of requests in flight is the fastest a latency-bound store can serve them), within
+  // [kMinRequest, kMaxRequest].
+  uint64_t request_size(uint64_t bytes) const;
+  // Runs a plan's tasks on the pool (see ReadPlan::keys) and waits for them.
+  void run(ReadPlan& plan);
+  // A source read of the data path: pread_exact, counted (source_requests, bytes_pread, the
+  // depth reached) and, with -o debug, logged when slow.
+  void source_read(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what);
   FdCache& fds() { return *fds_; }
   ChunkCache& cache() { return *cache_; }
   BufferPool& buffers() { return *buffers_; }  // for decoded chunks
@@ -116,6 +152,7 @@ class Engine {
  private:
   EngineOptions opts_;
   Stats stats_;
+  std::unique_ptr<CpuGate> cpu_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<FdCache> fds_;
   std::unique_ptr<ChunkCache> cache_;

@@ -72,4 +72,9 @@ class FdCache {
 
 FileIdentity identity_of(const struct ::stat& st);
 
+// Whether bytes [off, off + n) of the file open as `fd` are all in the page cache (cachestat(2)
+// where the kernel has it, 6.5 and later; else mincore(2) of a mapping of the range). False
+// when it cannot tell: the caller then reads, which is always correct.
+bool source_resident(int fd, uint64_t off, uint64_t n);
+
 }  // namespace h5d
