@@ -352,7 +352,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   meta_delay();
   std::string path;
   if (!path_of(ino, path)) return (void)fuse_reply_err(req, ESTALE);
-  const int fd = ::openat(g.src_fd, path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  const int fd = ::openat(g.src_fd, path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) return (void)fuse_reply_err(req, errno);
   fi->fh = static_cast<uint64_t>(fd);
   fi->keep_cache = g.opt.keep_cache ? 1 : 0;
@@ -390,7 +390,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
   while (!err && got < size) {  // until the request is full or EOF (a short reply only at EOF)
     const ssize_t n = ::pread(static_cast<int>(fi->fh), t_buf.get() + got, size - got, off + static_cast<off_t>(got));
     if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
+      if (errno == EINTR) continue;
       err = errno;
     } else if (n == 0) {
       break;
@@ -412,8 +412,8 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
   g.c.emulated_ns += static_cast<uint64_t>(deadline - arrival);
   g.c.reads++;
   g.c.bytes_requested += size;
-  if (err) {
-    g.c.read_errors++;
+  if (err) g.c.read_errors++;
+  if (err && got == 0) {  // after some bytes an error returns those bytes, as pread(2) does
     --g.in_flight;
     return (void)fuse_reply_err(req, err);
   }

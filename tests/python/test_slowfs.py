@@ -97,8 +97,9 @@ def test_passthrough_bytes_metadata_and_refusals(mount):
         check_random_reads(m.path(name), want, rng, n=10)
         total += n
     s = stats(m)
-    # Each byte came from the source once (a fresh mount, then the page cache); no error.
-    assert s['bytes'] == total and s['read_errors'] == 0 and s['reads'] >= 4
+    # Every byte came through the emulator (a fresh mount; at least once: the kernel may read a
+    # range again), with no error.
+    assert s['bytes'] >= total and s['read_errors'] == 0 and s['reads'] >= 4
 
     for path, flags in [(m.path('one'), os.O_WRONLY), (m.path('one'), os.O_RDWR),
                         (m.path('created'), os.O_WRONLY | os.O_CREAT)]:
@@ -113,7 +114,7 @@ def test_passthrough_bytes_metadata_and_refusals(mount):
     assert sorted(os.listdir(m.mnt)) == sorted(os.listdir(src))
 
     # The reset file reports, then zeroes the counters.
-    assert stats(m, reset=True)['bytes'] == total
+    assert stats(m, reset=True)['bytes'] >= total
     assert stats(m)['bytes'] == 0 and stats(m)['reads'] == 0
 
 
@@ -125,12 +126,13 @@ def test_request_costs_and_cache(mount):
         write(osp.join(src, f'f{i}'), bytes([i]) * n)
     m = slowfs(mount, src, '--latency-ms', lat * 1e3, '--bandwidth-mbs', bw / 1e6)
 
-    # A cold read: its requests overlap at most, so it lasts at least one latency plus the
-    # largest request's transfer, and the largest request is at least the mean.
+    # A cold read waits for requests that together bring its n bytes; at best they all overlap,
+    # so it lasts at least one latency plus the transfer of the largest, which is at least n
+    # over the number of requests (1 here, in practice).
     stats(m, reset=True)
     data, t = timed_read(m.path('f0'))
     s = stats(m)
-    assert data == bytes([0]) * n and s['bytes'] == n
+    assert data == bytes([0]) * n and s['bytes'] >= n
     assert t >= lat + n / s['reads'] / bw, (t, s)
 
     # Reads issued one after another each wait for at least one request: K files, K latencies.
@@ -208,7 +210,7 @@ def test_aggregate_cap_and_meta_latency(mount):
     got, t = read_concurrently([m.path(f'f{i}') for i in range(4)])
     assert got == [bytes([i + 1]) * n for i in range(4)]
     s = stats(m)
-    assert s['bytes'] == 4 * n
+    assert s['bytes'] >= 4 * n
     if os.geteuid() == 0:  # read-ahead above the kernel's 128 KiB: requests above it
         assert s['max_request_bytes'] > 128 * 1024, s
     assert t >= 4 * n / 40e6, t
