@@ -145,14 +145,26 @@ def test_request_costs_and_cache(mount):
     assert t >= 5 * lat, t
 
     # Page-cache hits cost nothing and reach no request, also after reopening the file.
-    before = stats(m)['reads']
-    for _ in range(3):
-        assert h5d_testlib.pread_all(m.path('f0')) == bytes([0]) * n
-    assert stats(m)['reads'] == before
+    assert rereads_reach_no_request(m, 'f0', bytes([0]) * n)
     if drop_caches():  # ... and dropping the caches makes the next read cold again
+        before = stats(m)['reads']
         data, t = timed_read(m.path('f0'))
         assert data == bytes([0]) * n
         assert stats(m)['reads'] > before and t >= lat
+
+
+def rereads_reach_no_request(m, name, want, tries=5):
+    """Whether reading a cached file again (reopened each time) reaches no request. Tried again
+    when one did: other processes on this machine may drop the caches at any moment (cold
+    benchmarks do); a cache that does not hold fails every try."""
+    for _ in range(tries):
+        assert h5d_testlib.pread_all(m.path(name)) == want  # cached now (unless dropped since)
+        before = stats(m)['reads']
+        for _ in range(3):
+            assert h5d_testlib.pread_all(m.path(name)) == want
+        if stats(m)['reads'] == before:
+            return True
+    return False
 
 
 def read_concurrently(paths):
