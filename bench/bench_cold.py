@@ -410,13 +410,13 @@ def mount_access(cell, access, buf):
     del a
 
 
-def slowfs_stats():
+def slowfs_stats(name='.slowfs_stats'):
     """slowfs's counters (S/.slowfs_stats: JSON, or 'name value' / 'name=value' / 'name: value'
     lines); {} when it has none."""
     if SLOWFS == 'none':
         return {}
     try:
-        with open(osp.join(S, '.slowfs_stats')) as f:
+        with open(osp.join(S, name)) as f:
             text = f.read()
     except OSError:
         return {}
@@ -435,10 +435,19 @@ def slowfs_stats():
         return out
 
 
+def slowfs_reset():
+    """Zeroes slowfs's counters where it can (reading S/.slowfs_stats_reset); else returns the
+    counters now, for counters_delta."""
+    if SLOWFS != 'none' and osp.exists(osp.join(S, '.slowfs_stats_reset')):
+        slowfs_stats('.slowfs_stats_reset')
+        return {}
+    return slowfs_stats()
+
+
 def counters_delta(before, after):
     """Counters of one pass: differences, except maxima / gauges (names with max, in_flight,
-    now, current), shown as they are after the pass."""
-    gauge = ('max', 'in_flight', 'now', 'current', 'peak')
+    now, current, peak, or options such as latency), shown as they are after the pass."""
+    gauge = ('max', 'in_flight', 'now', 'current', 'peak', 'latency', 'bandwidth', 'threads', 'mbs', 'ms')
     return {k: (v if any(g in k for g in gauge) else v - before.get(k, 0)) for k, v in after.items()}
 
 
@@ -456,7 +465,7 @@ def one_pass(cell, access, reader, buf, verify):
         m = benchlib.mount_h5direct(BIN, cell.src, args.opts or None, mnt=M)
     try:
         drop_caches()
-        before = slowfs_stats()
+        before = slowfs_reset()
         fn = {'h5py': h5py_access, 'direct': direct_access, 'h5direct': mount_access}[reader]
         secs, _ = benchlib.timed(lambda: fn(cell, access, buf))
         io = {'slowfs': counters_delta(before, slowfs_stats())}
@@ -606,7 +615,13 @@ try:
                             if reader != 'h5direct' and access in ('mmap', 'read') and full:
                                 secs, io = full
                             else:
-                                secs, io = one_pass(c, access, reader, bufs[c.name], verify=rnd == 0)
+                                try:
+                                    secs, io = one_pass(c, access, reader, bufs[c.name], verify=rnd == 0)
+                                except OSError as e:
+                                    if slow and slow.proc.poll() is not None:
+                                        sys.exit(f'[cold] slowfs exited ({slow.proc.returncode}) during '
+                                                 f'{c.name} {access} {reader}: {e}')
+                                    raise
                                 if reader != 'h5direct' and access in ('mmap', 'read'):
                                     full = (secs, io)
                             results.setdefault(key, []).append(secs)
@@ -653,6 +668,13 @@ def fmt_io(d):
                      for k, v in d.items())
 
 
+def slowfs_brief(d):
+    """The counters the table shows (the JSON has all): requests, bytes, most in flight."""
+    d = d or {}
+    brief = {k: d[k] for k in ('reads', 'bytes', 'max_in_flight') if k in d}
+    return brief or d
+
+
 lines = [f'Command: `{command}`', '',
          f'{args.rounds} rounds (readers interleaved, first reader rotating), medians; '
          f'{os.cpu_count()} cores; libhdf5 {h5py.version.hdf5_version}; h5py {h5py.version.version}; '
@@ -671,7 +693,7 @@ for c in cells:
             row = dict(cell=c.name, storage=sname, latency_ms=st[0], bandwidth_mbs=st[1], access=access,
                        seconds=t, x_h5py=t['h5py'] / t['h5direct'], x_direct=t['direct'] / t['h5direct'], io=ios)
             table.append(row)
-            reqs = ' / '.join(fmt_io(ios[r].get('slowfs')) or '-' for r in READERS)
+            reqs = ' / '.join(fmt_io(slowfs_brief(ios[r].get('slowfs'))) or '-' for r in READERS)
             lines.append(f'| {c.name} ({c.nbytes / 1e6:.0f} MB, {c.ratio:.1f}x) | {sname} | {access} | '
                          f'{t["h5py"]:.3f} | {t["direct"]:.3f} | {t["h5direct"]:.3f} | {row["x_h5py"]:.2f} | '
                          f'{row["x_direct"]:.2f} | {fmt_io(ios["h5direct"].get("h5direct"))} | {reqs} |')
