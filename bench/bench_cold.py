@@ -619,8 +619,9 @@ try:
                                     secs, io = one_pass(c, access, reader, bufs[c.name], verify=rnd == 0)
                                 except OSError as e:
                                     if slow and slow.proc.poll() is not None:
+                                        why = slow.proc.stderr.read().decode(errors='replace')[-2000:]
                                         sys.exit(f'[cold] slowfs exited ({slow.proc.returncode}) during '
-                                                 f'{c.name} {access} {reader}: {e}')
+                                                 f'{c.name} {access} {reader}: {e}\nslowfs said: {why}')
                                     raise
                                 if reader != 'h5direct' and access in ('mmap', 'read'):
                                     full = (secs, io)
