@@ -28,13 +28,11 @@ Usage: bench/bench_matrix.py [--build build] [--rounds 3] [--cells base,f200,...
                              [--opts MOUNT_OPTS] [--json out.json] [--md out.md] [--plot out.png]
 """
 import argparse
-import json
 import os
 import os.path as osp
 import shutil
 import sys
 import tempfile
-import threading
 import time
 
 import h5py
@@ -42,13 +40,7 @@ import hdf5plugin
 import numpy as np
 
 import benchlib
-
-sys.path.insert(0, osp.join(osp.dirname(osp.abspath(__file__)), '..', 'tests', 'python'))
-import euxfel_mock  # noqa: E402  (the project's EuXFEL file writer)
-
-FRAME = (512, 128)
-RUN_DET = 'SPB_DET_AGIPD1M-1/DET'
-STACK_DET = 'SPB_IRDA_JF4M/DET'
+from benchlib import FRAME, RowBlocks, Stack, drop_caches, split, timed
 BASE = dict(frames=1600, chunk='1', dtype='u2', comp='deflate', data='noisy', kind='plain')
 CELLS = {
     'base': {},
@@ -110,15 +102,7 @@ def spec_of(name):
 
 
 def frames_data(spec, n, seed):
-    rng = np.random.default_rng(seed)
-    if spec['data'] == 'sparse':  # photon counting: mostly zero, a few photons
-        out = np.zeros((n,) + FRAME, np.float32)
-        hits = rng.random((n,) + FRAME) < 0.01
-        out[hits] = rng.integers(1, 5, int(hits.sum()))
-    else:  # integrating detector: pedestal 3000 +- 150, noise sigma 9
-        ped = rng.normal(3000, 150, size=FRAME).astype(np.float32)
-        out = ped + rng.normal(0, 9, size=(n,) + FRAME).astype(np.float32)
-    return np.clip(out, 0, 65535).astype(spec['dtype'])
+    return benchlib.frames_data(n, seed, spec['dtype'], sparse=spec['data'] == 'sparse')
 
 
 def h5_kw(spec):
@@ -132,52 +116,6 @@ def h5_kw(spec):
     elif spec['comp'] == 'blosc':
         kw.update(hdf5plugin.Blosc(cname='lz4', clevel=5, shuffle=hdf5plugin.Blosc.SHUFFLE))
     return kw
-
-
-def split(n, k):
-    b = [n * i // k for i in range(k + 1)]
-    return list(zip(b[:-1], b[1:]))
-
-
-class RowBlocks:
-    """h5py reads of an array made of row blocks of datasets (EXtra-data's way for a key over
-    sequence files): blocks = [(dataset, first_row, rows)]."""
-
-    def __init__(self, blocks, shape):
-        self.blocks = blocks
-        self.shape = shape
-        self.starts = np.cumsum([0] + [b[2] for b in blocks])
-
-    def rows(self, lo, hi, step=1, tail=()):
-        parts = []
-        for (ds, first, n), s0 in zip(self.blocks, self.starts[:-1]):
-            a, b = max(lo, s0), min(hi, s0 + n)
-            if a >= b:
-                continue
-            a += (lo - a) % step  # the first selected row in this block
-            if a < b:
-                parts.append(ds[(slice(first + a - s0, first + b - s0, step),) + tail])
-        return np.concatenate(parts)
-
-    def row(self, i):
-        k = int(np.searchsorted(self.starts, i, side='right')) - 1
-        ds, first, _ = self.blocks[k]
-        return ds[first + i - self.starts[k]]
-
-
-class Stack:
-    """Frames-first detector stack from per-module RowBlocks (EXtra-data's stack_detector_data)."""
-
-    def __init__(self, modules):
-        self.modules = modules
-        n = modules[0].shape[0]
-        self.shape = (n, len(modules)) + modules[0].shape[2:]  # entries (1, y, x): one cell
-
-    def rows(self, lo, hi, step=1, tail=()):
-        return np.stack([m.rows(lo, hi, step, (0,) + tail[1:] if tail else (0,)) for m in self.modules], axis=1)
-
-    def row(self, i):
-        return np.stack([m.row(i)[0] for m in self.modules])
 
 
 class Cell:
@@ -217,44 +155,10 @@ class Cell:
         else:
             # run: one AGIPD module over 3 sequence files; stack: a JUNGFRAU of 4 modules (one
             # memory cell: entries (1, 512, 128)), 2 sequence files each, frames first
-            modules = 1 if kind == 'run' else 4
-            seqs = 3 if kind == 'run' else 2
-            trains = n if kind == 'run' else n // modules
-            w = euxfel_mock.RunWriter(osp.join(self.dir, 'r0001'), run_number=1, keep_data=False)
-            first = 10000
-            spec = self.spec
-            entry = FRAME if kind == 'run' else (1,) + FRAME
-            chunks = kw['chunks'] if kind == 'run' else kw['chunks'][:1] + (1,) + kw['chunks'][1:]
-            comp = {k: v for k, v in kw.items() if k != 'chunks'} or None
-            for m in range(modules):
-                def make(tids, js, m=m):
-                    return frames_data(spec, len(tids), int(tids[0]) * 7 + m).reshape((len(tids),) + entry)
-                if kind == 'run':
-                    keys = [euxfel_mock.Key('image.trainId', 'u8', (1,)),
-                            euxfel_mock.Key('image.pulseId', 'u8', (1,)),
-                            euxfel_mock.Key('image.cellId', 'u2', (1,)),
-                            euxfel_mock.Key('image.data', spec['dtype'], entry, chunks=chunks,
-                                            compression=comp, make=make)]
-                    src = euxfel_mock.Source(f'{RUN_DET}/{m}CH0:xtdf', 'INSTRUMENT',
-                                             [euxfel_mock.Group('image', keys, lambda t: 1, pad_to=4)])
-                    agg = f'AGIPD{m:02d}'
-                else:
-                    keys = [euxfel_mock.Key('data.adc', spec['dtype'], entry, chunks=chunks,
-                                            compression=comp, make=make),
-                            euxfel_mock.Key('data.frameNumber', 'u8', (1,)),
-                            euxfel_mock.Key('data.memoryCell', 'u1', (1,)),
-                            euxfel_mock.Key('data.timestamp', 'f8', (1,))]
-                    src = euxfel_mock.Source(f'{STACK_DET}/JNGFR{m + 1:02d}:daqOutput', 'INSTRUMENT',
-                                             [euxfel_mock.Group('data', keys, lambda t: 1, pad_to=4)])
-                    agg = f'JNGFR{m + 1:02d}'
-                for s, (a, b) in enumerate(split(trains, seqs)):
-                    w.write_file(agg, s, [src], list(range(first + a, first + b)))
-            self.files = list(w.files)
-            if kind == 'run':
-                self.rel = f'{RUN_DET}/0CH0:xtdf/image.data'
-            else:
-                self.rel = 'SPB_IRDA_JF4M/frames_first/data.adc'
-            self.dir = w.run_dir
+            run_dir = osp.join(self.dir, 'r0001')
+            self.files, self.rel = benchlib.write_detector_run(
+                run_dir, kind, n, self.spec['dtype'], kw, lambda k, seed: frames_data(self.spec, k, seed))
+            self.dir = run_dir
         self.h5 = None
         self.open_oracle()
         self.shape = self.oracle.shape
@@ -271,16 +175,7 @@ class Cell:
             self.oracle = self.h5[0]['data']
             return
         self.h5 = [h5py.File(p, 'r') for p in self.files]
-        det, group, key = (RUN_DET, 'image', 'image/data') if kind == 'run' else (STACK_DET, 'data', 'data/adc')
-        by_module = {}
-        for f in self.h5:
-            src = list(f[f'INSTRUMENT/{det}'])[0]
-            idx = f[f'INDEX/{det}/{src}/{group}']
-            ntr = int((f['INDEX/trainId'][()] != 0).sum())
-            first, count = idx['first'][:ntr], idx['count'][:ntr]
-            ds = f[f'INSTRUMENT/{det}/{src}/{key}']
-            by_module.setdefault(src, []).append((ds, int(first[0]), int(count.sum())))
-        mods = [RowBlocks(b, (sum(x[2] for x in b),) + b[0][0].shape[1:]) for _, b in sorted(by_module.items())]
+        mods = [RowBlocks(b) for b in benchlib.detector_blocks(self.h5, kind)]
         self.oracle = mods[0] if kind == 'run' else Stack(mods)
 
     def close_oracle(self):
@@ -356,29 +251,8 @@ def mapped_read(a, pattern, idx, n):
 
 def in_halves(fn, n, out):
     """fn(lo, hi) for the two halves of [0, n), on two threads at once; returns out."""
-    ts = [threading.Thread(target=fn, args=ab) for ab in split(n, 2)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    benchlib.in_threads(fn, split(n, 2))
     return out
-
-
-def drop_caches():
-    os.sync()
-    with open('/proc/sys/vm/drop_caches', 'w') as f:
-        f.write('3\n')
-
-
-def timed(fn):
-    t = time.perf_counter()
-    r = fn()
-    return time.perf_counter() - t, r
-
-
-def stats(mnt):
-    with open(osp.join(mnt, '.h5direct', 'stats.json')) as f:
-        return json.load(f)
 
 
 def h5direct_pass(cell, pattern, idx):
@@ -405,7 +279,7 @@ def h5direct_pass(cell, pattern, idx):
                 finally:
                     del a
             secs, result = timed(run)
-        st = stats(mnt)
+        st = benchlib.mount_stats(mnt)
     return secs, result, st
 
 
@@ -570,14 +444,8 @@ for cell in cells:
             lines.append(f'| {cell.name}: {describe(cell)} | {pat} | {h:.3f} | {d:.3f} | {h / d:.2f} | '
                          f'{other} | {goal:.1f} | {"yes" if met else "**no**"} | '
                          f'{med((cell.name, pat, "reads")):.0f} | {med((cell.name, pat, "pushed")) / 1e6:.0f} |')
-report = '\n'.join(lines)
-print(report)
-if args.md:
-    with open(args.md, 'w') as f:
-        f.write(report + '\n')
-if args.json:
-    with open(args.json, 'w') as f:
-        json.dump(dict(table=table, raw={'|'.join(map(str, k)): v for k, v in results.items()}), f, indent=1)
+benchlib.write_report('\n'.join(lines), args.md, args.json,
+                      dict(table=table, raw={'|'.join(map(str, k)): v for k, v in results.items()}))
 if args.plot:
     import matplotlib
     matplotlib.use('Agg')

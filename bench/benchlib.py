@@ -5,6 +5,7 @@ Mount(cmd, mnt) runs `cmd` (which mounts at `mnt` and stays in the foreground), 
 benchmark fails. mount_h5direct() builds the command line of mount.h5direct.
 """
 import atexit
+import json
 import os
 import os.path as osp
 import subprocess
@@ -139,3 +140,186 @@ def hold_freed_pages(ms=60000):
             f.write(old)
     atexit.register(restore)
     return True
+
+
+# ---- shared by the read benchmarks (bench_matrix.py, bench_cold.py) ----------------------------
+# Data: detector-like frames and EuXFEL mock runs; readers: h5py reads of row blocks of sequence
+# files as EXtra-data does them; timing helpers.
+import threading  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+FRAME = (512, 128)
+RUN_DET = 'SPB_DET_AGIPD1M-1/DET'
+STACK_DET = 'SPB_IRDA_JF4M/DET'
+
+
+def frames_data(n, seed, dtype='u2', sparse=False, spread=150, sigma=9):
+    """n frames of FRAME: an integrating detector (pedestal 3000 +- `spread`, noise `sigma`:
+    shuffle + deflate(1) takes uint16 with 150 / 9 to about 1.5x, with 20 / 3 to about 2.4x), or
+    photon counting (sparse: mostly zero)."""
+    rng = np.random.default_rng(seed)
+    if sparse:
+        out = np.zeros((n,) + FRAME, np.float32)
+        hits = rng.random((n,) + FRAME) < 0.01
+        out[hits] = rng.integers(1, 5, int(hits.sum()))
+    else:
+        ped = rng.normal(3000, spread, size=FRAME).astype(np.float32)
+        out = ped + rng.normal(0, sigma, size=(n,) + FRAME).astype(np.float32)
+    return np.clip(out, 0, 65535).astype(dtype)
+
+
+def split(n, k):
+    b = [n * i // k for i in range(k + 1)]
+    return list(zip(b[:-1], b[1:]))
+
+
+def write_detector_run(run_dir, kind, n, dtype, kw, make):
+    """An EuXFEL mock run for a read benchmark. kind 'run': one AGIPD module (key image.data,
+    entries FRAME) over 3 sequence files, n frames; 'stack': a JUNGFRAU of 4 modules (key
+    data.adc, entries (1,) + FRAME: one memory cell), 2 sequence files each, n // 4 frames each.
+    kw: h5py dataset arguments (chunks of a frame array, filters); make(rows, seed) -> frames.
+    Returns (files, the path of the key's array in the mount without suffix)."""
+    sys.path.insert(0, osp.join(osp.dirname(osp.abspath(__file__)), '..', 'tests', 'python'))
+    import euxfel_mock
+    modules = 1 if kind == 'run' else 4
+    seqs = 3 if kind == 'run' else 2
+    trains = n if kind == 'run' else n // modules
+    w = euxfel_mock.RunWriter(run_dir, run_number=1, keep_data=False)
+    first = 10000
+    entry = FRAME if kind == 'run' else (1,) + FRAME
+    chunks = kw['chunks'] if kind == 'run' else kw['chunks'][:1] + (1,) + kw['chunks'][1:]
+    comp = {k: v for k, v in kw.items() if k != 'chunks'} or None
+    for m in range(modules):
+        def rows(tids, js, m=m):
+            return make(len(tids), int(tids[0]) * 7 + m).reshape((len(tids),) + entry)
+        if kind == 'run':
+            keys = [euxfel_mock.Key('image.trainId', 'u8', (1,)),
+                    euxfel_mock.Key('image.pulseId', 'u8', (1,)),
+                    euxfel_mock.Key('image.cellId', 'u2', (1,)),
+                    euxfel_mock.Key('image.data', dtype, entry, chunks=chunks, compression=comp, make=rows)]
+            src = euxfel_mock.Source(f'{RUN_DET}/{m}CH0:xtdf', 'INSTRUMENT',
+                                     [euxfel_mock.Group('image', keys, lambda t: 1, pad_to=4)])
+            agg = f'AGIPD{m:02d}'
+        else:
+            keys = [euxfel_mock.Key('data.adc', dtype, entry, chunks=chunks, compression=comp, make=rows),
+                    euxfel_mock.Key('data.frameNumber', 'u8', (1,)),
+                    euxfel_mock.Key('data.memoryCell', 'u1', (1,)),
+                    euxfel_mock.Key('data.timestamp', 'f8', (1,))]
+            src = euxfel_mock.Source(f'{STACK_DET}/JNGFR{m + 1:02d}:daqOutput', 'INSTRUMENT',
+                                     [euxfel_mock.Group('data', keys, lambda t: 1, pad_to=4)])
+            agg = f'JNGFR{m + 1:02d}'
+        for s, (a, b) in enumerate(split(trains, seqs)):
+            w.write_file(agg, s, [src], list(range(first + a, first + b)))
+    rel = f'{RUN_DET}/0CH0:xtdf/image.data' if kind == 'run' else 'SPB_IRDA_JF4M/frames_first/data.adc'
+    return list(w.files), rel
+
+
+def detector_blocks(h5files, kind):
+    """EXtra-data's reading of the key of write_detector_run from open sequence files: per
+    module (sorted by source name), its row blocks [(dataset, first row, rows)] by INDEX."""
+    det, group, key = (RUN_DET, 'image', 'image/data') if kind == 'run' else (STACK_DET, 'data', 'data/adc')
+    by_module = {}
+    for f in h5files:
+        src = list(f[f'INSTRUMENT/{det}'])[0]
+        idx = f[f'INDEX/{det}/{src}/{group}']
+        ntr = int((f['INDEX/trainId'][()] != 0).sum())
+        first, count = idx['first'][:ntr], idx['count'][:ntr]
+        ds = f[f'INSTRUMENT/{det}/{src}/{key}']
+        by_module.setdefault(src, []).append((ds, int(first[0]), int(count.sum())))
+    return [b for _, b in sorted(by_module.items())]
+
+
+class RowBlocks:
+    """h5py reads of an array made of row blocks of datasets (EXtra-data's way for a key over
+    sequence files): blocks = [(dataset, first_row, rows)]."""
+
+    def __init__(self, blocks):
+        self.blocks = blocks
+        self.shape = (sum(b[2] for b in blocks),) + blocks[0][0].shape[1:]
+        self.starts = np.cumsum([0] + [b[2] for b in blocks])
+
+    def rows(self, lo, hi, step=1, tail=()):
+        parts = []
+        for (ds, first, n), s0 in zip(self.blocks, self.starts[:-1]):
+            a, b = max(lo, s0), min(hi, s0 + n)
+            if a >= b:
+                continue
+            a += (lo - a) % step  # the first selected row in this block
+            if a < b:
+                parts.append(ds[(slice(first + a - s0, first + b - s0, step),) + tail])
+        return np.concatenate(parts)
+
+    def read_into(self, out, lo, hi):
+        """Rows [lo, hi) into out (hi - lo rows): read_direct per block where out is contiguous."""
+        for (ds, first, n), s0 in zip(self.blocks, self.starts[:-1]):
+            a, b = max(lo, s0), min(hi, s0 + n)
+            if a >= b:
+                continue
+            dest = out[a - lo:b - lo]
+            src = np.s_[first + a - s0:first + b - s0]
+            if dest.flags.c_contiguous:
+                ds.read_direct(dest, src)
+            else:
+                dest[...] = ds[src]
+
+    def row(self, i):
+        k = int(np.searchsorted(self.starts, i, side='right')) - 1
+        ds, first, _ = self.blocks[k]
+        return ds[first + i - self.starts[k]]
+
+
+class Stack:
+    """Frames-first detector stack from per-module RowBlocks (EXtra-data's stack_detector_data)."""
+
+    def __init__(self, modules):
+        self.modules = modules
+        n = modules[0].shape[0]
+        self.shape = (n, len(modules)) + modules[0].shape[2:]  # entries (1, y, x): one cell
+
+    def rows(self, lo, hi, step=1, tail=()):
+        return np.stack([m.rows(lo, hi, step, (0,) + tail[1:] if tail else (0,)) for m in self.modules], axis=1)
+
+    def read_into(self, out, lo, hi):
+        for k, m in enumerate(self.modules):
+            m.read_into(out[:, k, None], lo, hi)  # entries (1, y, x): one memory cell
+
+    def row(self, i):
+        return np.stack([m.row(i)[0] for m in self.modules])
+
+
+def in_threads(fn, ranges):
+    """fn(lo, hi) for each range, each on its own thread, all at once."""
+    ts = [threading.Thread(target=fn, args=ab) for ab in ranges]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
+def drop_caches():
+    os.sync()
+    with open('/proc/sys/vm/drop_caches', 'w') as f:
+        f.write('3\n')
+
+
+def timed(fn):
+    t = time.perf_counter()
+    r = fn()
+    return time.perf_counter() - t, r
+
+
+def mount_stats(mnt):
+    with open(osp.join(mnt, '.h5direct', 'stats.json')) as f:
+        return json.load(f)
+
+
+def write_report(report, md=None, json_path=None, obj=None):
+    """Prints the markdown report and writes it to `md`, and `obj` as JSON to `json_path`."""
+    print(report)
+    if md:
+        with open(md, 'w') as f:
+            f.write(report + '\n')
+    if json_path:
+        with open(json_path, 'w') as f:
+            json.dump(obj, f, indent=1)

@@ -7,12 +7,12 @@
 #define FUSE_USE_VERSION 34
 #include <fuse_lowlevel.h>
 
+#include "fuse_readahead.h"
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <sys/stat.h>
 #include <vector>
@@ -24,15 +24,7 @@ static unsigned g_readahead_kb = 0;
 static void op_init(void*, fuse_conn_info* conn) {
   if (g_readahead_kb == 0) return;
   conn->max_readahead = g_readahead_kb * 1024u;
-  std::ifstream mi("/proc/self/mountinfo");
-  std::string line, dev;
-  while (std::getline(mi, line)) {
-    std::istringstream ls(line);
-    std::string id, parent, majmin, root, point;
-    ls >> id >> parent >> majmin >> root >> point;
-    if (point == g_mnt) dev = majmin;
-  }
-  std::ofstream("/sys/class/bdi/" + dev + "/read_ahead_kb") << g_readahead_kb << "\n";
+  set_fuse_readahead(g_mnt, g_readahead_kb);
 }
 
 static void fill_attr(fuse_ino_t ino, struct stat* st) {

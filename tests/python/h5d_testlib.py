@@ -54,12 +54,15 @@ def unmount(mnt):
 
 
 class Mount:
-    """mount.h5direct SRC MNT -f [-o opts]; close() always unmounts and reaps the daemon."""
+    """mount.h5direct SRC MNT -f [-o opts]; close() always unmounts and reaps the daemon.
+    `binary`: another FUSE program taking the same SRC MNT -f (bench/slowfs)."""
 
-    def __init__(self, src, opts=None, mnt=None, timeout=MOUNT_TIMEOUT, extra_args=(), env=None):
+    def __init__(self, src, opts=None, mnt=None, timeout=MOUNT_TIMEOUT, extra_args=(), env=None,
+                 binary=None):
         self.src = src
         self.mnt = mnt or tempfile.mkdtemp(prefix='mnt-', dir=tmp_base())
-        self.cmd = [BIN, src, self.mnt, '-f'] + list(extra_args)
+        binary = binary or BIN
+        self.cmd = [binary, src, self.mnt, '-f'] + list(extra_args)
         if opts:
             self.cmd += ['-o', opts]
         self.log_path = self.mnt.rstrip('/') + '.log'
@@ -69,7 +72,7 @@ class Mount:
         while not osp.ismount(self.mnt):
             if self.proc.poll() is not None:
                 self.close()
-                raise RuntimeError(f'mount.h5direct exited with {self.proc.returncode}: '
+                raise RuntimeError(f'{osp.basename(binary)} exited with {self.proc.returncode}: '
                                    + self.log())
             if time.monotonic() - t0 > timeout:
                 self.close()
