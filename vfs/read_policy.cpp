@@ -73,6 +73,11 @@ SequentialPrefetcher::Range SequentialPrefetcher::on_read(uint64_t off, uint64_t
   if (seen) *seen = {i, long_enough(*st), st->dir, st->cover};
   if (!found || !long_enough(*st)) return {};
   Range r;
+  // Never further ahead than the stream has gone: a read that stops (a slice, a frame range)
+  // then leaves at most as much decoded for nobody as it read, while a long stream still
+  // reaches the full window after a few doublings (cold storage: the more it has read, the
+  // more requests it keeps in flight).
+  st->window = std::min(st->window, std::max(cfg_.initial, st->cursor - st->lo));
   if (st->dir == Direction::Forward) {
     st->frontier = std::max(st->frontier, st->cursor);
     if (st->frontier >= file_size || st->frontier >= st->cursor + st->window / 2) return {};
