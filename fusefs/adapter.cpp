@@ -165,15 +165,17 @@ double entry_timeout(fuse_req_t req, const vfs::Attr& a) {
 }
 
 // The one place a failed request becomes an errno reply: logged once (expected errors such as
-// ENOENT only at debug level), counted, replied.
+// ENOENT only at debug level), counted, replied. Each one worth a line is reported with its
+// place (log::report: the recent errors of stats.json and the lines of .h5direct/log).
 void fail_request(fuse_req_t req, const char* op, uint64_t ino, std::exception_ptr e) {
   std::string msg;
   bool logged = false;
-  const int err = errno_of(e, &msg, &logged);
+  Place place;
+  const int err = errno_of(e, &msg, &logged, &place);
   Context& c = ctx(req);
   if (c.vfs) c.vfs->note_error(err);
   const std::string line = std::string(op) + " (inode " + std::to_string(ino) + "): " + msg;
-  if (logged) {  // its one line is in the log already (a failed HDF5 helper)
+  if (logged) {  // its one line is in the log already (a failed HDF5 helper), and reported
     log::debug(line);
     fuse_reply_err(req, err);
     return;
@@ -183,10 +185,10 @@ void fail_request(fuse_req_t req, const char* op, uint64_t ino, std::exception_p
       log::debug(line);
       break;
     case EACCES: case EPERM:  // a user denied by the daemon's own checks: worth knowing who
-      log::info(line);
+      log::report(log::Level::Info, err, place, line);
       break;
     default:
-      log::error(line);
+      log::report(log::Level::Error, err, place, line);
   }
   fuse_reply_err(req, err);
 }
@@ -392,8 +394,9 @@ void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     } catch (...) {
       std::string msg;
       bool logged = false;
-      errno_of(std::current_exception(), &msg, &logged);
-      if (!logged) log::error("release (inode " + std::to_string(ino) + "): " + msg);  // once
+      Place place;
+      const int err = errno_of(std::current_exception(), &msg, &logged, &place);
+      if (!logged) log::report(log::Level::Error, err, place, "release (inode " + std::to_string(ino) + "): " + msg);  // once
     }
   }
   ctx(req).handles.remove(f);
@@ -575,12 +578,13 @@ fuse_lowlevel_ops make_ops() {
 
 }  // namespace
 
-int errno_of(std::exception_ptr e, std::string* message, bool* logged) {
+int errno_of(std::exception_ptr e, std::string* message, bool* logged, Place* place) {
   try {
     std::rethrow_exception(e);
   } catch (const Error& x) {
     *message = x.what();
     if (logged) *logged = x.logged();
+    if (place) *place = x.place();
     return x.code() > 0 ? x.code() : EIO;
   } catch (const std::bad_alloc&) {
     *message = "out of memory";

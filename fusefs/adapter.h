@@ -132,7 +132,8 @@ size_t splice_max_read();
 
 const fuse_lowlevel_ops& operations();
 
-// The errno for an exception (h5d::Error's code; ENOMEM; EIO for anything else).
-int errno_of(std::exception_ptr e, std::string* message, bool* logged = nullptr);
+// The errno for an exception (h5d::Error's code; ENOMEM; EIO for anything else); its message,
+// whether it was logged where it happened, and its place (Error::place).
+int errno_of(std::exception_ptr e, std::string* message, bool* logged = nullptr, Place* place = nullptr);
 
 }  // namespace h5d::fusefs

@@ -485,8 +485,8 @@ int run_mount(int argc, char** argv) {
   // The mount exists: only now may the caller be released.
   if (!m.foreground) {
     if (!g_log_file && !have_syslog()) {
-      log::warn("no syslog on this machine (/dev/log): the daemon's log is lost; "
-                "use -o log=FILE to keep it (or -f to stay in the foreground)");
+      log::warn("no syslog on this machine (/dev/log): the daemon's recent log lines are only in "
+                "MNT/.h5direct/log; use -o log=FILE to keep all of them (or -f to stay in the foreground)");
     }
     if (fuse_daemonize(0) != 0) {
       fuse_session_unmount(se.get());

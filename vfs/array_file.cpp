@@ -177,8 +177,9 @@ class ArrayOpenFile final : public OpenFile {
       } catch (...) {
         // core's message names the file, the dataset and the chunk; add the byte range.
         rethrow_with_context(std::string(node_.format_ == ArrayFormat::Npy ? ".npy" : ".raw") +
-                             " data bytes [" + std::to_string(doff) + ", " +
-                             std::to_string(doff + dlen) + ")");
+                                 " data bytes [" + std::to_string(doff) + ", " +
+                                 std::to_string(doff + dlen) + ")",
+                             Place{node_.spec_.file, node_.spec_.file.empty() ? node_.spec_.what : node_.spec_.dset, ""});
       }
     }
     return end - off;

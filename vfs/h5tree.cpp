@@ -239,7 +239,7 @@ class GroupProvider final : public DirProvider {
       taken.insert(kGroupAttrsName);
       Engine* engine = &ctx_.engine;
       const std::string file = file_, group = group_;
-      out.push_back({kGroupAttrsName, make_lazy_text_file(
+      out.push_back({kGroupAttrsName, make_text_file(
                                           [engine, file, group] {
                                             auto attrs = engine->open_file(file)->attributes(group);
                                             return json_text(group_attrs_sidecar(file, group, attrs));
@@ -283,8 +283,11 @@ class GroupProvider final : public DirProvider {
     std::vector<std::pair<std::string, std::string>> items;
     for (const auto& [m, stem] : datasets) items.emplace_back(file_, join(group_, m->name));
     H5File::prefetch_infos(ctx_.engine, items);
+    std::vector<std::string> paths;
+    for (const auto& item : items) paths.push_back(item.second);
+    auto batch = std::make_shared<DetailsBatch>(ctx_.engine, file_, group_, std::move(paths));
     for (const auto& [m, stem] : datasets) {
-      add_dataset_files(ctx_, out, *f, join(group_, m->name), stem, fmeta_);
+      add_dataset_files(ctx_, out, *f, join(group_, m->name), stem, fmeta_, batch);
     }
     return out;
   }
@@ -377,8 +380,50 @@ NodePtr make_group_node(const TreeContext& ctx, const std::string& file_path,
       dir_meta, make_group_provider(ctx, file_path, group_path, dir_meta, file_meta));
 }
 
+DetailsBatch::DetailsBatch(Engine& engine, std::string file, std::string group, std::vector<std::string> dsets)
+    : engine_(engine), file_(std::move(file)), group_(std::move(group)), dsets_(std::move(dsets)),
+      asked_(dsets_.size(), 0) {
+  for (size_t i = 0; i < dsets_.size(); ++i) pos_.emplace(dsets_[i], i);
+}
+
+std::shared_ptr<const DatasetInfo> DetailsBatch::get(const std::string& dset) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = got_.find(dset);
+  if (it != got_.end()) {
+    auto info = std::move(it->second);
+    got_.erase(it);
+    return info;
+  }
+  auto p = pos_.find(dset);
+  std::shared_ptr<H5File> f = engine_.open_file(file_);
+  if (p == pos_.end() || asked_[p->second]) return f->dataset_details(dset);  // asked before: alone
+  // This one and the next not asked yet, in listing order (ls -l and tar stat in that order).
+  std::vector<std::string> ask;
+  for (size_t i = p->second; i < dsets_.size() && ask.size() < kBatch; ++i) {
+    if (asked_[i]) continue;
+    asked_[i] = 1;
+    ask.push_back(dsets_[i]);
+  }
+  std::vector<std::shared_ptr<const DatasetInfo>> infos;
+  try {
+    infos = f->datasets_details(group_, ask);
+  } catch (const std::exception& e) {
+    // One of them failed: each is asked alone when its sidecar is rendered, and says why.
+    log::debug(file_ + ":" + group_ + ": details of " + std::to_string(ask.size()) +
+               " datasets in one request failed, asked one by one: " + e.what());
+    return f->dataset_details(dset);
+  }
+  std::shared_ptr<const DatasetInfo> mine;
+  for (size_t i = 0; i < ask.size() && i < infos.size(); ++i) {
+    if (ask[i] == dset) mine = infos[i];
+    else got_[ask[i]] = infos[i];
+  }
+  return mine ? mine : f->dataset_details(dset);
+}
+
 void add_dataset_files(const TreeContext& ctx, std::vector<ChildEntry>& out, H5File& file,
-                       const std::string& dset_path, const std::string& name, const NodeMeta& meta) {
+                       const std::string& dset_path, const std::string& name, const NodeMeta& meta,
+                       std::shared_ptr<DetailsBatch> batch) {
   const std::string fpath = file.path();
   const std::string what = fpath + ":" + dset_path;
   Engine* engine = &ctx.engine;
@@ -418,9 +463,10 @@ void add_dataset_files(const TreeContext& ctx, std::vector<ChildEntry>& out, H5F
     out.push_back({name + ".npy", make_array_file(ctx, ArrayFormat::Npy, spec, dmeta)});
     out.push_back({name + ".raw", make_array_file(ctx, ArrayFormat::Raw, std::move(spec), dmeta)});
   }
-  out.push_back({name + ".json", make_lazy_text_file(
-                                     [engine, fpath, dset_path, npy_offset] {
-                                       auto i = engine->open_file(fpath)->dataset_details(dset_path);
+  out.push_back({name + ".json", make_text_file(
+                                     [engine, fpath, dset_path, npy_offset, batch] {
+                                       auto i = batch ? batch->get(dset_path)
+                                                      : engine->open_file(fpath)->dataset_details(dset_path);
                                        return json_text(dataset_sidecar(*i, npy_offset));
                                      },
                                      dmeta)});

@@ -394,7 +394,7 @@ class SourceDirProvider final : public DirProvider {
       // Non-arrays: the values of every row, read when the .json is first opened (listing
       // reads no values).
       const std::string key = k.name;
-      out.push_back({k.name + ".json", make_lazy_text_file(
+      out.push_back({k.name + ".json", make_text_file(
                                            [run, source, key, side] {
                                              json j = side;
                                              add_key_values(j, *run, source, key);
@@ -499,7 +499,7 @@ class RunDirProvider final : public DirProvider {
       dets[name] = dj;
     }
     // Rendered at its first open: the keys of every source (one file's tree each).
-    out.push_back({"run.json", make_lazy_text_file(
+    out.push_back({"run.json", make_text_file(
                                    [run, dets] {
                                      json j = run_summary_json(*run);
                                      j["detectors"] = dets;

@@ -351,34 +351,26 @@ class StringOpenFile final : public OpenFile {
   std::shared_ptr<const std::string> s_;
 };
 
-// Rendered once, at the first stat, or (lazy) at the first open: a lazy file is listed with size
-// 0, its attributes not cached, until then, so listing never renders it; a read past the size
-// the kernel holds makes it ask again (FUSE updates the attributes on such reads), and the true
-// size is then cached like any other.
+// Rendered once, at the first stat or open (never at listing): its size is that of the bytes
+// it serves, and neither changes for the node's life, so its attributes and pages are cached as
+// any other file's (a source that changes is listed again, with new nodes).
 class TextFileNode final : public FileNode {
  public:
-  TextFileNode(std::function<std::string()> render, const NodeMeta& meta, bool lazy)
-      : FileNode(meta), render_(std::move(render)), lazy_(lazy) {}
-  uint64_t size() const override {
-    if (!lazy_) return content()->size();
-    std::lock_guard<std::mutex> lk(mu_);
-    return content_ ? content_->size() : 0;
-  }
-  bool is_volatile() const override {
-    if (!lazy_) return false;
-    std::lock_guard<std::mutex> lk(mu_);
-    return !content_;
-  }
+  TextFileNode(std::function<std::string()> render, const NodeMeta& meta)
+      : FileNode(meta), render_(std::move(render)) {}
+  uint64_t size() const override { return content()->size(); }
   std::unique_ptr<OpenFile> open() override { return std::make_unique<StringOpenFile>(content()); }
 
  private:
   std::shared_ptr<const std::string> content() const {
     std::lock_guard<std::mutex> lk(mu_);
-    if (!content_) content_ = std::make_shared<const std::string>(render_());
+    if (!content_) {
+      content_ = std::make_shared<const std::string>(render_());
+      render_ = nullptr;  // what it held (a run, a batch) is not needed again
+    }
     return content_;
   }
-  std::function<std::string()> render_;
-  bool lazy_;
+  mutable std::function<std::string()> render_;  // guarded by mu_
   // Lock level 1 (docs/architecture.md): before any core lock; held while rendering (one
   // rendering per file). Guards content_.
   mutable std::mutex mu_;
@@ -414,11 +406,7 @@ class FixedProvider final : public DirProvider {
 }  // namespace
 
 NodePtr make_text_file(std::function<std::string()> render, const NodeMeta& meta) {
-  return std::make_shared<TextFileNode>(std::move(render), meta, false);
-}
-
-NodePtr make_lazy_text_file(std::function<std::string()> render, const NodeMeta& meta) {
-  return std::make_shared<TextFileNode>(std::move(render), meta, true);
+  return std::make_shared<TextFileNode>(std::move(render), meta);
 }
 
 NodePtr make_dynamic_file(std::function<std::string()> render, const NodeMeta& meta) {

@@ -37,6 +37,7 @@ struct stat;
 namespace h5d {
 class Engine;
 class H5File;
+struct DatasetInfo;
 class Writer;
 }  // namespace h5d
 
@@ -389,11 +390,35 @@ NodePtr make_group_node(const TreeContext& ctx, const std::string& file_path,
                         const std::string& group_path, const NodeMeta& dir_meta,
                         const NodeMeta& file_meta);
 
+// The details (attribute values, small values: H5File::dataset_details) of the datasets of one
+// listing, for their sidecars: the first sidecar rendered asks for its own and those of the next
+// datasets not asked yet in one request (H5File::datasets_details, kBatch at most), so that a
+// directory whose sidecars are stat'ed one after another (ls -l, tar) takes one request per
+// kBatch datasets instead of one each.
+class DetailsBatch {
+ public:
+  static constexpr size_t kBatch = 64;
+  DetailsBatch(Engine& engine, std::string file, std::string group, std::vector<std::string> dsets);
+  // `dset`'s details (fetched alone when a batch fails: its own error is then the one thrown).
+  std::shared_ptr<const DatasetInfo> get(const std::string& dset);
+
+ private:
+  Engine& engine_;
+  const std::string file_, group_;
+  const std::vector<std::string> dsets_;  // in listing order
+  std::unordered_map<std::string, size_t> pos_;
+  // Lock level 1 (docs/architecture.md), after a TextFileNode's: held while a batch is fetched.
+  std::mutex mu_;
+  std::vector<char> asked_;  // guarded by mu_: asked already (in a batch, or alone)
+  std::unordered_map<std::string, std::shared_ptr<const DatasetInfo>> got_;  // guarded by mu_: not taken yet
+};
+
 // Adds the files of one dataset (NAME.npy, NAME.raw, NAME.json; only NAME.json when it is not an
-// array) to `out`. Reads the dataset's metadata now.
+// array) to `out`. Reads the dataset's metadata now; its sidecar's details when it is first
+// stat'ed or opened, through `batch` when given.
 void add_dataset_files(const TreeContext& ctx, std::vector<ChildEntry>& out, H5File& file,
                        const std::string& dset_path, const std::string& name,
-                       const NodeMeta& meta);
+                       const NodeMeta& meta, std::shared_ptr<DetailsBatch> batch = nullptr);
 
 // A lazily obtained array (opening files only when the node is opened).
 using ArrayLoader = std::function<ArrayPtr()>;
@@ -409,11 +434,12 @@ struct ArraySpec {
 };
 NodePtr make_array_file(const TreeContext& ctx, ArrayFormat format, ArraySpec spec,
                         const NodeMeta& meta);
-// A read-only text file whose content is rendered once, on first use.
+// A read-only text file whose content is rendered once, at its first stat (lookup, getattr) or
+// open, never at listing (readdir needs no sizes): its size is always the size of the bytes a
+// read returns, and both stay as rendered for the node's life (a changed source is listed
+// again, with new nodes). A rendering that fails fails that stat or open (and is tried again
+// at the next).
 NodePtr make_text_file(std::function<std::string()> render, const NodeMeta& meta);
-// A read-only file rendered at its first open: listed with size 0 (attributes not cached) until
-// then, so that listing and stat never render it (dataset sidecars: attribute values).
-NodePtr make_lazy_text_file(std::function<std::string()> render, const NodeMeta& meta);
 // A read-only file whose content is rendered at each open (and each stat); served with direct_io.
 NodePtr make_dynamic_file(std::function<std::string()> render, const NodeMeta& meta);
 NodePtr make_dir_node(const NodeMeta& meta, std::vector<ChildEntry> fixed_children);

@@ -60,8 +60,6 @@ class RootProvider final : public DirProvider {
   std::unique_ptr<DirProvider> inner_;  // made at the first listing (factories are set by then)
 };
 
-const auto g_start = std::chrono::steady_clock::now();
-
 std::string oct(mode_t m) {
   char b[16];
   std::snprintf(b, sizeof b, "%04o", static_cast<unsigned>(m));
@@ -94,8 +92,10 @@ Vfs::Vfs(Engine& engine, VfsOptions opts, const std::string& source) : engine_(e
   }
   ctx_.reset(new TreeContext{engine, opts, {}});
   NodeMeta ctl = with_perm(root_meta, 0555);
-  NodePtr stats = make_dynamic_file([this] { return render_stats(); }, with_perm(root_meta, 0444));
-  NodePtr control = make_dir_node(ctl, {{"stats.json", stats}});
+  const NodeMeta ctl_file = with_perm(root_meta, 0444);
+  NodePtr control = make_dir_node(ctl, {{"stats.json", make_dynamic_file([this] { return render_stats(); }, ctl_file)},
+                                        {"metrics", make_dynamic_file([this] { return render_metrics(); }, ctl_file)},
+                                        {"log", make_dynamic_file([] { return log::recent_text(); }, ctl_file)}});
   auto root = std::make_shared<DirNode>(
       root_meta, std::make_unique<RootProvider>(*ctx_, source_, st, control));
   table_ = std::make_unique<InodeTable>(root);
@@ -300,82 +300,6 @@ void Vfs::note_pushed(uint64_t bytes) {
 void Vfs::note_error(int err) {
   std::lock_guard<std::mutex> lk(err_mu_);
   ++errors_[err];
-}
-
-// Every error reply, in total and by class (error_replies has them by errno).
-nlohmann::json Vfs::error_classes() {
-  nlohmann::json by = {{"total", 0}, {"io", 0}, {"not_found", 0}, {"stale", 0}, {"denied", 0},
-                       {"read_only", 0}, {"invalid", 0}, {"out_of_memory", 0}, {"other", 0}};
-  std::lock_guard<std::mutex> lk(err_mu_);
-  for (const auto& [err, n] : errors_) {
-    const char* cls = err == EIO ? "io"
-                      : err == ENOENT ? "not_found"
-                      : err == ESTALE ? "stale"
-                      : (err == EACCES || err == EPERM) ? "denied"
-                      : err == EROFS ? "read_only"
-                      : (err == EINVAL || err == EISDIR || err == ENOTDIR || err == EEXIST) ? "invalid"
-                      : err == ENOMEM ? "out_of_memory"
-                                      : "other";
-    by[cls] = by[cls].get<uint64_t>() + n;
-    by["total"] = by["total"].get<uint64_t>() + n;
-  }
-  return by;
-}
-
-std::string Vfs::render_stats() {
-  using nlohmann::json;
-  Stats& st = engine_.stats();
-  json j;
-  j["source"] = source_;
-  j["uptime_seconds"] =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - g_start).count();
-  j["bytes_served"] = st.bytes_served.load();
-  j["reads"] = st.reads.load();
-  j["chunks_decoded"] = st.chunks_decoded.load();
-  j["decode_seconds"] = double(st.decode_ns.load()) * 1e-9;
-  const BufferPool::Counters bc = engine_.buffers().counters();
-  j["decode_buffers"] = {{"reused", bc.reused},
-                         {"touched_ahead", bc.touched_ahead},
-                         {"fresh", bc.fresh},
-                         {"idle_bytes", bc.idle_bytes}};
-  const ChunkCache& cc = engine_.cache();
-  j["chunk_cache"] = {{"bytes", cc.used()}, {"consumed_bytes", cc.used_consumed()}, {"budget", cc.budget()}};
-  j["chunks_prefetched"] = st.chunks_prefetched.load();
-  j["prefetch_dropped"] = st.prefetch_dropped.load();
-  j["bytes_spliced"] = st.bytes_spliced.load();
-  j["cache_hits"] = st.cache_hits.load();
-  j["cache_misses"] = st.cache_misses.load();
-  j["bytes_pread"] = st.bytes_pread.load();
-  j["source_requests"] = st.source_requests.load();
-  j["merged_requests"] = st.merged_requests.load();
-  j["source_in_flight"] = st.source_in_flight.load();
-  j["source_in_flight_max"] = st.source_in_flight_max.load();
-  j["readahead_bytes"] = st.readahead_bytes.load();
-  j["readahead_resident_bytes"] = st.readahead_resident_bytes.load();
-  j["splice_cold"] = st.splice_cold.load();
-  j["io_depth"] = engine_.options().io_depth;
-  j["io_workers"] = engine_.pool().size();
-  j["io_workers_busy_max"] = engine_.pool().busy_max();
-  j["bytes_pushed"] = st.bytes_pushed.load();
-  j["library_reads"] = st.library_reads.load();
-  if (HelperPool* hp = engine_.helpers())  // libhdf5 calls answered by the helper processes
-    j["hdf5_helper"] = {{"requests", hp->requests()}, {"failures", hp->failures()}};
-  j["errors"] = error_classes();
-  json fb = json::object();
-  for (const auto& [why, n] : st.fallbacks()) fb[why] = n;
-  j["fallbacks"] = fb;
-  json replies = json::object();
-  {
-    std::lock_guard<std::mutex> lk(err_mu_);
-    for (const auto& [err, n] : errors_) {
-      const char* name = strerrorname_np(err);
-      replies[name ? name : std::to_string(err)] = n;
-    }
-  }
-  j["error_replies"] = replies;
-  j["inodes"] = table_->size();
-  j["opens"] = opens_.load(std::memory_order_relaxed);
-  return json_text(j);
 }
 
 }  // namespace h5d::vfs

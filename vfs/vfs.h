@@ -105,10 +105,24 @@ class Vfs {
   void note_pushed(uint64_t bytes);
   // Counts an error reply (for stats.json); the adapter calls it once per failed request.
   void note_error(int err);
-  // The content of .h5direct/stats.json.
+  // The content of .h5direct/stats.json and of .h5direct/metrics (Prometheus text exposition
+  // format), both from one snapshot of the same counters (counters()).
   std::string render_stats();
-  // stats.json's "errors": every error reply counted, in total and by class (io, not_found, ...).
-  nlohmann::json error_classes();
+  std::string render_metrics();
+
+  // One counter or gauge as both files show it: its place in stats.json (keys separated by
+  // '.'), its metric name (without the h5direct_ prefix; counters end in _total) and help.
+  struct Counter {
+    std::vector<std::string> json_path;
+    std::string metric;
+    std::string help;
+    bool is_counter = true;  // false: a gauge
+    double value = 0;
+    bool integral = true;  // shown as an integer
+    std::string label_name, label_value;  // a labelled sample of a family (errors by errno)
+  };
+  // Every counter now, in one pass: what both files render.
+  std::vector<Counter> counters();
 
   const std::string& source() const { return source_; }
   Engine& engine() { return engine_; }

@@ -58,8 +58,12 @@ class ChunkedArray final : public DatasetArray {
         plan.add([in_chunk, d, fill] { fill_region(in_chunk.count, fill, d.base, d.strides); });
         return;
       }
-      check_in_file(st_.file_id, loc->addr, loc->size, what_ + ": chunk " + coords_str(cc));
-      check_chunk(ctx, cc, lin, *loc);
+      try {
+        check_in_file(st_.file_id, info_->file, loc->addr, loc->size, what_ + ": chunk " + coords_str(cc));
+        check_chunk(ctx, cc, lin, *loc);
+      } catch (...) {
+        rethrow_at(Place{info_->file, info_->path, coords_str(cc)});
+      }
       if (!needs_decode(cc, *loc)) {
         collect_runs(loc->addr, chunk_ext_, dtype().itemsize, in_chunk, d, runs);
         return;
@@ -194,7 +198,7 @@ class ChunkedArray final : public DatasetArray {
           log::warn(what_ + ": chunk index: " + std::to_string(ctx->map.damaged()) +
                     " chunk(s) overlap other chunks or index nodes: reading them is EIO");
       } catch (...) {
-        rethrow_with_context(what_ + ": chunk index");
+        rethrow_with_context(what_ + ": chunk index", Place{info_->file, info_->path, ""});
       }
       ctx_ = std::move(ctx);
     }
@@ -439,6 +443,7 @@ class ChunkedArray final : public DatasetArray {
         decode_chunk(info_->filters, loc.filter_mask, info_->dtype.itemsize, in, chunk_bytes_, *out);
       }
       engine_.stats().chunks_decoded.fetch_add(1, std::memory_order_relaxed);
+      engine_.stats().bytes_decoded.fetch_add(chunk_bytes_, std::memory_order_relaxed);
       // Reading and decoding; with -o debug, how long the source took.
       const auto t2 = std::chrono::steady_clock::now();
       engine_.stats().decode_ns.fetch_add(
@@ -455,7 +460,8 @@ class ChunkedArray final : public DatasetArray {
       return out;
     } catch (...) {
       rethrow_with_context(what_ + ": chunk " + coords_str(cc) + " at file offset " + std::to_string(loc.addr) +
-                           " (" + std::to_string(loc.size) + " bytes)");
+                               " (" + std::to_string(loc.size) + " bytes)",
+                           Place{info_->file, info_->path, coords_str(cc)});
     }
   }
 

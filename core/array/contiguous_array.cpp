@@ -44,7 +44,11 @@ class ContiguousArray final : public DatasetArray {
                 "): the dataspace or the layout is damaged");
     std::vector<Run> runs;
     collect_runs(addr_, shape(), dtype().itemsize, r, dst, runs);
-    for (const Run& run : runs) check_in_file(file_id_, run.src, run.n, what_ + ": bytes");
+    try {
+      for (const Run& run : runs) check_in_file(file_id_, info_->file, run.src, run.n, what_ + ": bytes");
+    } catch (...) {
+      rethrow_at(Place{info_->file, info_->path, ""});
+    }
     if (log::debug_enabled()) log::debug("read " + what_ + ": direct (contiguous)");
     plan_runs(engine_, info_->file, file_id_, what_, runs, plan);
   }

@@ -42,7 +42,9 @@ struct Run {
 // Bytes [addr, addr + n) of a file whose size was `id.size` when its metadata was read must lie
 // inside it. A truncated file (the helper opens those, h5truncated.cpp) has intact metadata
 // pointing past its cut: what lies there is EIO, named, and everything before it is served.
-void check_in_file(const FileIdentity& id, uint64_t addr, uint64_t n, const std::string& what);
+// `path`: the file (its superblock says how long it should be, for the message).
+void check_in_file(const FileIdentity& id, const std::string& path, uint64_t addr, uint64_t n,
+                   const std::string& what);
 
 // Cuts region `r` of a C-order block of `shape` stored at file offset `addr` into runs that are
 // contiguous both in the file and in `dst`.

@@ -8,15 +8,23 @@
 #include "core/engine/engine.h"
 #include "core/engine/fd_cache.h"
 #include "core/error.h"
+#include "core/fmt/chunk_index.h"
 
 namespace h5d::detail {
 
-void check_in_file(const FileIdentity& id, uint64_t addr, uint64_t n, const std::string& what) {
+void check_in_file(const FileIdentity& id, const std::string& path, uint64_t addr, uint64_t n,
+                   const std::string& what) {
   if (id.ino == 0) return;  // not stat'ed: pread finds out
   const uint64_t size = static_cast<uint64_t>(id.size);
   if (addr <= size && n <= size - addr) return;
+  // Only on failure: the end the superblock stores, so the message says the file was cut.
+  uint64_t stored = 0;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) stored = fmt::read_stored_end(OpenFd(fd, path, id));  // OpenFd closes fd
+  const std::string why = stored > size ? fmt::truncated_message(size, stored)
+                                        : "the file has " + std::to_string(size) + " bytes";
   fail_data(what + " at file offset " + std::to_string(addr) + " (" + std::to_string(n) +
-            " bytes): past the end of the file (" + std::to_string(size) + " bytes: truncated?)");
+            " bytes): past the end of the file (" + why + ")");
 }
 
 void collect_runs(uint64_t addr, const Shape& shape, size_t itemsize, const Region& r, const DestView& dst,

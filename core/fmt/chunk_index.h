@@ -32,6 +32,10 @@ struct FileGeometry {
 // libhdf5 moves it when the superblock is not at its base address), found where libhdf5 looks
 // for a superblock (offset 0, 512, 1024, ...); 0 when there is none or its fields are implausible. A file shorter than this was cut (copied in part, a writer crashed).
 uint64_t read_stored_end(const ByteSource& src);
+// "truncated file: SIZE bytes, its superblock says STORED_END": what every error caused by a
+// file cut short says, in the daemon and in the helpers (h5py: "truncated file: eof=SIZE,
+// stored_eof=STORED_END").
+std::string truncated_message(uint64_t size, uint64_t stored_end);
 
 enum class LayoutClass { Compact = 0, Contiguous = 1, Chunked = 2, Virtual = 3 };
 enum class ChunkIndexType {

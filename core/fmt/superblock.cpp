@@ -8,6 +8,10 @@
 
 namespace h5d::fmt {
 
+std::string truncated_message(uint64_t size, uint64_t stored_end) {
+  return "truncated file: " + std::to_string(size) + " bytes, its superblock says " + std::to_string(stored_end);
+}
+
 uint64_t read_stored_end(const ByteSource& src) {
   static const uint8_t sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
   const uint64_t size = src.size();

@@ -269,7 +269,7 @@ uint16_t HelperProcess::exchange(proto::Op op, const std::string& body, uint32_t
   return rh.kind;
 }
 
-void throw_reply_error(const std::string& reply, const std::string& what) {
+void throw_reply_error(const std::string& reply, const std::string& what, const Place& place) {
   proto::In in(reply);
   int code = EIO;
   std::string msg;
@@ -281,7 +281,7 @@ void throw_reply_error(const std::string& reply, const std::string& what) {
     msg = what + ": malformed error reply from the HDF5 helper";
   }
   if (code <= 0 || code > 4095) code = EIO;
-  throw Error(code, msg);
+  throw Error(code, msg, false, place);
 }
 
 HelperPool::HelperPool(HelperOptions opts) : opts_(std::move(opts)), slots_(std::max(1u, opts_.count)) {}
@@ -420,15 +420,16 @@ std::string HelperPool::request(proto::Op op, const std::string& file, const std
     const std::string msg = file + ":" + object + ": HDF5 helper " + how + " in " + proto::op_name(op) +
                             "; helper restarted, file marked bad for " +
                             std::to_string(opts_.backoff_ms / 1000) + " s or until it changes";
-    log::error(msg);
-    throw Error(EIO, msg, true);  // this line is its one log line
+    const Place place{file, object, ""};
+    log::report(log::Level::Error, EIO, place, msg);
+    throw Error(EIO, msg, true, place);  // this line is its one log line
   } catch (...) {
     p.kill(nullptr);
     release(i);
     throw;
   }
   release(i);
-  if (kind == proto::kReplyError) throw_reply_error(reply, file + ":" + object);
+  if (kind == proto::kReplyError) throw_reply_error(reply, file + ":" + object, Place{file, object, ""});
   return reply;
 }
 
@@ -551,15 +552,20 @@ std::string dispatch(Engine& engine, Op op, proto::In& in, const std::string& fi
 // refused too, even if libhdf5 or our code went on without those bytes (a link left out as
 // dangling, an attribute skipped), and what this helper holds of the files concerned is dropped,
 // so no later answer can come from metadata read for this one.
-// `answered`: the request succeeded (else its own error, which names the refused read, stands).
+// `failed`: the request's own error, or nullptr when it succeeded. Either way the error thrown
+// says that the file is truncated and at which sizes (libhdf5's own reason, "link iteration
+// failed", does not), followed by the request's own error where there was one.
 void refuse_reads_past_end(Engine& engine, const std::string& file, const std::string& object, Op op,
-                           bool answered) {
-  const std::vector<std::string> cut = h5::take_reads_past_end();
+                           const std::exception* failed) {
+  const std::vector<h5::ReadPastEnd> cut = h5::take_reads_past_end();
   if (cut.empty()) return;
-  for (const std::string& p : cut) engine.forget_file(p);
-  if (answered)
-    fail(EIO, file + ":" + object + ": " + proto::op_name(op) + " needs bytes past the end of the truncated file " +
-                  cut.front() + " (refused)");
+  for (const h5::ReadPastEnd& p : cut) engine.forget_file(p.path);
+  const h5::ReadPastEnd& c = cut.front();
+  std::string msg = (c.path == file ? file : file + " (through " + c.path + ")") + ":" + object + ": " +
+                    fmt::truncated_message(c.size, c.stored_end) + "; " + proto::op_name(op) +
+                    " needs bytes past its end";
+  if (failed) msg += std::string(": ") + failed->what();
+  fail(EIO, msg);
 }
 
 // What an error reply (or a batch's failed answer) carries: the errno (EIO for what is not an
@@ -587,12 +593,16 @@ std::string dispatch_infos(Engine& engine, proto::In& in, const char* fault_cont
       auto f = engine.open_file(file);
       a.info = *f->dataset_info(dset);
       a.storage = f->storage_info(dset);
-      refuse_reads_past_end(engine, file, dset, Op::DatasetInfo, true);
+      refuse_reads_past_end(engine, file, dset, Op::DatasetInfo, nullptr);
       a.ok = true;
     } catch (const std::exception& e) {
-      refuse_reads_past_end(engine, file, dset, Op::DatasetInfo, false);
       a = proto::InfoAnswer{};
-      std::tie(a.code, a.error) = error_of(e);
+      try {
+        refuse_reads_past_end(engine, file, dset, Op::DatasetInfo, &e);
+        std::tie(a.code, a.error) = error_of(e);
+      } catch (const std::exception& cut) {
+        std::tie(a.code, a.error) = error_of(cut);
+      }
     }
     h5::release_free_lists();  // as between requests: nothing of one file is reused for the next
     proto::put(o, a);
@@ -651,11 +661,11 @@ int serve(int fd) {
         reply = proto::is_write_op(op)        ? serve_write(written, op, in, file)
                 : op == Op::DatasetInfos ? dispatch_infos(engine, in, fault_control)
                                          : dispatch(engine, op, in, file);
-      } catch (...) {
-        refuse_reads_past_end(engine, file, object, op, false);
+      } catch (const std::exception& e) {
+        refuse_reads_past_end(engine, file, object, op, &e);
         throw;
       }
-      refuse_reads_past_end(engine, file, object, op, true);
+      refuse_reads_past_end(engine, file, object, op, nullptr);
       if (reply.size() > limit) fail(EIO, file + ": " + proto::op_name(op) + ": reply of " + std::to_string(reply.size()) + " bytes is above the limit");
       rh.kind = proto::kReplyOk;
     } catch (const std::exception& e) {

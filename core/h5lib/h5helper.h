@@ -77,9 +77,9 @@ class HelperProcess {
   uint32_t seq_ = 0;
 };
 
-// The Error a kReplyError body carries (errno, message); `what` names the call when the body
-// is malformed.
-[[noreturn]] void throw_reply_error(const std::string& reply, const std::string& what);
+// The Error a kReplyError body carries (errno, message), at `place`; `what` names the call when
+// the body is malformed.
+[[noreturn]] void throw_reply_error(const std::string& reply, const std::string& what, const Place& place = {});
 
 class HelperPool {
  public:

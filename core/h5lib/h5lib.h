@@ -76,8 +76,15 @@ bool truncated_files_allowed();
 // H5Fopen of `path` read-only through that driver; its real size and stored end of address
 // space. -1 when libhdf5 refuses it even so (`why`: its reason).
 hid_t open_truncated(const std::string& path, uint64_t* real_size, uint64_t* eoa, std::string* why);
-// The files (paths) a read was refused in, past their real end, since the last call.
-std::vector<std::string> take_reads_past_end();
+// A read refused past the real end of a truncated file: the file, its real size and the end of
+// address space its superblock stores.
+struct ReadPastEnd {
+  std::string path;
+  uint64_t size = 0;
+  uint64_t stored_end = 0;
+};
+// The reads refused past a file's real end since the last call.
+std::vector<ReadPastEnd> take_reads_past_end();
 // How many such refusals are pending; forget_reads_past_end(n) forgets those after the first n,
 // for a caller that has dealt with them (list_group leaves out a member whose object header lies
 // past the cut: libhdf5 kept nothing of it).

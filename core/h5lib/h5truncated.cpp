@@ -52,8 +52,8 @@ std::mutex& past_end_mu() {
   static std::mutex mu;  // lock level 5 (docs/architecture.md), a leaf: guards past_end()
   return mu;
 }
-std::vector<std::string>& past_end() {
-  static std::vector<std::string> v;
+std::vector<ReadPastEnd>& past_end() {
+  static std::vector<ReadPastEnd> v;
   return v;
 }
 
@@ -154,11 +154,11 @@ herr_t t_read(H5FD_t* file, H5FD_mem_t, hid_t, haddr_t addr, size_t size, void* 
   if (addr > f->eof || size > f->eof - addr) {
     {
       std::lock_guard<std::mutex> lk(past_end_mu());
-      past_end().emplace_back(f->path);
+      past_end().push_back(ReadPastEnd{f->path, f->eof, f->claimed});
     }
     push_error(H5E_READERROR, std::string(f->path) + ": " + std::to_string(size) + " bytes at offset " +
-                                  std::to_string(addr) + " lie past the end of the truncated file (" +
-                                  std::to_string(f->eof) + " bytes of " + std::to_string(f->eoa) + ")");
+                                  std::to_string(addr) + " lie past its end (" +
+                                  fmt::truncated_message(f->eof, std::max(f->claimed, f->eoa)) + ")");
     return -1;
   }
   auto* p = static_cast<char*>(buf);
@@ -269,9 +269,9 @@ void forget_reads_past_end(size_t keep) {
   if (past_end().size() > keep) past_end().resize(keep);
 }
 
-std::vector<std::string> take_reads_past_end() {
+std::vector<ReadPastEnd> take_reads_past_end() {
   std::lock_guard<std::mutex> lk(past_end_mu());
-  std::vector<std::string> out;
+  std::vector<ReadPastEnd> out;
   out.swap(past_end());
   return out;
 }

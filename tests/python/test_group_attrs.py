@@ -1,7 +1,7 @@
 """Attributes of groups and files (docs/sidecar.md, "Attributes of groups and files"): every
 group's directory (the file's root included) holds .attrs.json with the group's attributes, by
-the rules of a dataset sidecar's attrs; listing reads no attribute values (the file is listed
-with size 0 until its first open). Values are compared with h5py's."""
+the rules of a dataset sidecar's attrs; listing reads no attribute values (the file is rendered
+at its first stat or open, and its size is then the bytes a read returns). Values are compared with h5py's."""
 import json
 import os
 import os.path as osp
@@ -63,9 +63,11 @@ def test_group_and_file_attributes(nexus_file, mount):
     d, p = nexus_file
     m = mount(d)
     root = m.path('scan.h5')
-    # listed without reading values: size 0 until opened
+    # listed without reading values; its first stat renders it: the size is the bytes read
     assert '.attrs.json' in os.listdir(root)
-    assert os.stat(osp.join(root, '.attrs.json')).st_size == 0
+    size = os.stat(osp.join(root, '.attrs.json')).st_size
+    with open(osp.join(root, '.attrs.json'), 'rb') as fh:
+        assert size == len(fh.read()) > 0
     with h5py.File(p, 'r') as f:
         for group, where in (('/', root), ('/entry', osp.join(root, 'entry')),
                              ('/entry/instrument', osp.join(root, 'entry', 'instrument')),
@@ -75,7 +77,7 @@ def test_group_and_file_attributes(nexus_file, mount):
             assert side['kind'] == ('file' if group == '/' else 'group')
             want = {k: _py(v) for k, v in f[group].attrs.items()}
             assert side['attrs'] == want, (group, side['attrs'], want)
-            assert os.stat(osp.join(where, '.attrs.json')).st_size > 0   # known once opened
+            assert os.stat(osp.join(where, '.attrs.json')).st_size > 0
     assert json.load(open(osp.join(root, '.attrs.json')))['attrs']['title'] == 'a NeXus-like scan'
     assert json.load(open(osp.join(root, 'entry', '.attrs.json')))['attrs']['NX_class'] == 'NXentry'
     # the dataset named .attrs moves aside

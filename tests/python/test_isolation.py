@@ -86,10 +86,13 @@ def test_files_that_crash_libhdf5_cost_only_their_own_requests():
     data = write_good(osp.join(src, 'good.h5'))
     m = Mount(src)
     try:
-        # Listing and stat need no attribute values and no data: no crash at all.
+        # Listing needs no attribute values and no data, nor does the stat of an array file:
+        # no crash at all. (A sidecar's stat renders it, attribute values included: that may
+        # crash a helper, and is EIO for that file alone, below.)
         for dirpath, dirnames, filenames in os.walk(m.mnt, onerror=lambda e: pytest.fail(str(e))):
             for n in filenames:
-                os.stat(osp.join(dirpath, n))
+                if not n.endswith('.json'):
+                    os.stat(osp.join(dirpath, n))
         assert 'HDF5 helper' not in m.log(), m.log()
         eio = walk_everything(m.mnt)
         assert daemon_alive(m), m.log()

@@ -159,7 +159,7 @@ def test_name_collisions(mount):
     assert osp.isdir(m.path('a.npy'))
     np.testing.assert_array_equal(np.load(m.path('a~ds.npy')), np.arange(3))
     assert json.load(open(m.path('a~ds.json')))['path'] == '/a'
-    assert os.listdir(m.path('.h5direct')) == ['stats.json']
+    assert sorted(os.listdir(m.path('.h5direct'))) == ['log', 'metrics', 'stats.json']
 
 
 def _open_h5_fds(pid):
