@@ -388,7 +388,7 @@ class ChunkedArray final : public DatasetArray {
       std::shared_ptr<std::vector<uint8_t>> stored;
       if (n > 1) {
         try {
-          check_in_file(st_.file_id, lo, hi - lo, what_ + ": chunks");
+          check_in_file(st_.file_id, info_->file, lo, hi - lo, what_ + ": chunks");
           auto buf = std::make_shared<std::vector<uint8_t>>(hi - lo);
           auto fd = engine_.fds().get(info_->file, &st_.file_id);
           engine_.source_read(fd->fd(), buf->data(), hi - lo, lo, info_->file);
