@@ -193,10 +193,12 @@ TEST_CASE("check_access walks every directory of the source's path and follows c
     CHECK(e.code() == EACCES);
     CHECK(std::string(e.what()).find(priv) != std::string::npos);
   }
+  CHECK_THROWS_AS(check_reach(other, m), Error);  // not even its mode and owner
   REQUIRE(::chmod(priv.c_str(), 0711) == 0);  // search only: the file is reachable
   CHECK_NOTHROW(check_access(other, m, 0));
   REQUIRE(::chmod(f.c_str(), 0600) == 0);     // and now no longer readable
   CHECK_THROWS_AS(check_access(other, m, 0), Error);
+  CHECK_NOTHROW(check_reach(other, m));       // but reachable: ls -l shows its mode and owner
   CHECK(current_meta(m).perm == 0400);
   REQUIRE(::chown(f.c_str(), 61010, 61010) == 0);
   CHECK_NOTHROW(check_access(other, m, 0));
