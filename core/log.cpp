@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdio>
 #include <mutex>
+#include <string>
 
 namespace h5d {
 
@@ -11,6 +12,7 @@ namespace {
 std::mutex g_mu;  // lock level 6 (docs/architecture.md), innermost: after any other; guards g_sink
 Sink g_sink;
 std::atomic<bool> g_debug{false};
+std::string g_program = "h5direct";  // guarded by g_mu
 const char* level_name(Level l) {
   switch (l) {
     case Level::Debug: return "debug";
@@ -26,6 +28,10 @@ void set_sink(Sink sink) {
   std::lock_guard<std::mutex> lk(g_mu);
   g_sink = std::move(sink);
 }
+void set_program(const std::string& name) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  g_program = name;
+}
 void set_debug(bool on) { g_debug = on; }
 bool debug_enabled() { return g_debug.load(std::memory_order_relaxed); }
 
@@ -34,7 +40,7 @@ void write(Level level, const std::string& msg) {
   if (g_sink) {
     g_sink(level, msg);
   } else {
-    std::fprintf(stderr, "h5direct: %s: %s\n", level_name(level), msg.c_str());
+    std::fprintf(stderr, "%s: %s: %s\n", g_program.c_str(), level_name(level), msg.c_str());
   }
 }
 
