@@ -351,6 +351,18 @@ TEST_CASE("sequential prefetcher: waits until a stream has gone `after` bytes", 
   CHECK(r.len == 1000);
 }
 
+TEST_CASE("sequential prefetcher: prefetch_after=0 decodes ahead from a stream's third read", "[vfs]") {
+  // What --help, usage.md and the man page say of prefetch_after=0 (test_docs_agree.py keeps
+  // them saying the same).
+  SequentialPrefetcher p({1000, 8000, 100, 0});
+  const uint64_t size = 1000000;
+  CHECK(p.on_read(0, 100, size).len == 0);
+  CHECK(p.on_read(100, 100, size).len == 0);  // the second read: not yet
+  auto r = p.on_read(200, 100, size);          // the third
+  CHECK(r.off == 300);
+  CHECK(r.len == 1000);
+}
+
 TEST_CASE("sidecar dtype descr in JSON: numpy's descr list with padding", "[vfs]") {
   DType i4;
   i4.typestr = "<i4";
