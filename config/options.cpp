@@ -439,7 +439,7 @@ InfoOptions parse_info_command_line(const std::vector<std::string>& args) {
     }
   }
   if (o.help) return o;
-  if (positional.size() != 1) throw ConfigError("info needs one PATH (a run directory, or a run in a mount)");
+  if (positional.size() != 1) throw ConfigError("info needs one PATH (a run directory, a run in a mount, or an HDF5 file)");
   o.path = positional[0];
   return o;
 }
@@ -448,7 +448,8 @@ std::string info_usage_text(const std::string& program) {
   return "usage: " + program + " info [--details] [--json] [-o OPTIONS] PATH\n"
          "  A European XFEL run's summary, like extra-data-run-info: trains, detectors,\n"
          "  instrument and control sources. PATH: a run directory (its sequence files are read)\n"
-         "  or a run as a mount shows it (its run.json is read).\n"
+         "  or a run as a mount shows it (its run.json is read). An HDF5 file: its datasets\n"
+         "  (path, shape, dtype, layout, chunks, filters; --json: their sidecars' fields).\n"
          "  --details  every source's keys, dtypes and entry shapes, and trains with data\n"
          "  --json     the run's run.json instead of text\n"
          "  -o         mount options that apply: inc_suspect_trains=0|1, hdf5_helpers=N, ...\n";
@@ -493,7 +494,7 @@ MountOptions parse_command_line(const std::vector<std::string>& args) {
   }
   if (m.help || m.version) return m;
   if (positional.size() != 2) {
-    throw ConfigError(positional.size() < 2 ? "missing SOURCE and/or MOUNTPOINT (usage: mount.h5direct SOURCE MOUNTPOINT [-f] [-o opt,...])"
+    throw ConfigError(positional.size() < 2 ? "missing SOURCE and/or MOUNTPOINT"
                                             : "too many arguments: '" + positional[2] + "'");
   }
   m.source = positional[0];
@@ -511,11 +512,17 @@ MountOptions parse_command_line(const std::vector<std::string>& args) {
   return m;
 }
 
+std::string usage_lines(const std::string& program) {
+  return "usage: " + program + " SOURCE MOUNTPOINT [-f] [-s] [-d] [-o opt[,opt...]]\n"
+         "       " + program + " info [--details] [--json] [-o OPTIONS] PATH\n";
+}
+
 std::string usage_text(const std::string& program) {
-  std::string out = "usage: " + program + " SOURCE MOUNTPOINT [-f] [-s] [-d] [-o opt[,opt...]]\n" +
+  std::string out = usage_lines(program) +
 R"(
 Shows the HDF5 datasets under SOURCE (an HDF5 file or a directory) as .npy, .raw and .json
-files under MOUNTPOINT, read-only unless -o writable.
+files under MOUNTPOINT, read-only unless -o writable. info: a European XFEL run's summary, or
+an HDF5 file's datasets ()" + program + R"( info --help).
 
   -f                   stay in the foreground until unmounted (fusermount3 -u MOUNTPOINT)
   -s                   one FUSE thread (max_threads=1)

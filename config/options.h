@@ -75,6 +75,8 @@ uint64_t parse_size(const std::string& s);
 std::vector<std::string> split_option_list(const std::string& s);
 
 std::string usage_text(const std::string& program);
+// The usage lines alone (mounting, info), as --help starts; said after a wrong command line.
+std::string usage_lines(const std::string& program);
 
 // `h5direct info [--details] [--json] [-o OPTIONS] PATH` (docs/euxfel.md, "Run summary"): a
 // run's summary like extra-data-run-info, from a run view of a mount (PATH/run.json) or from a

@@ -5,6 +5,7 @@
 #include <ctime>
 #include <deque>
 #include <mutex>
+#include <string>
 
 namespace h5d {
 
@@ -15,6 +16,7 @@ namespace {
 std::mutex g_mu;
 Sink g_sink;
 std::atomic<bool> g_debug{false};
+std::string g_program = "h5direct";  // guarded by g_mu
 std::deque<std::string> g_lines;
 size_t g_line_bytes = 0;
 std::deque<ErrorEntry> g_errors;
@@ -48,7 +50,7 @@ void write_locked(Level level, const std::string& msg) {
   if (g_sink) {
     g_sink(level, msg);
   } else {
-    std::fprintf(stderr, "h5direct: %s: %s\n", level_name(level), msg.c_str());
+    std::fprintf(stderr, "%s: %s: %s\n", g_program.c_str(), level_name(level), msg.c_str());
   }
 }
 }  // namespace
@@ -66,6 +68,10 @@ const char* level_name(Level l) {
 void set_sink(Sink sink) {
   std::lock_guard<std::mutex> lk(g_mu);
   g_sink = std::move(sink);
+}
+void set_program(const std::string& name) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  g_program = name;
 }
 void set_debug(bool on) { g_debug = on; }
 bool debug_enabled() { return g_debug.load(std::memory_order_relaxed); }

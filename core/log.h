@@ -20,6 +20,9 @@ const char* level_name(Level l);
 
 using Sink = std::function<void(Level, const std::string&)>;
 void set_sink(Sink sink);
+// The name the default sink (stderr) starts its lines with: the program's name as invoked
+// ("h5direct" unless set).
+void set_program(const std::string& name);
 void set_debug(bool on);
 bool debug_enabled();
 void write(Level level, const std::string& msg);

@@ -46,8 +46,10 @@
 namespace h5d::fusefs {
 namespace {
 
+std::string g_program = "h5direct";  // as invoked (program_name), set once by run_mount
+
 int die(const std::string& msg) {
-  std::fprintf(stderr, "mount.h5direct: %s\n", msg.c_str());
+  std::fprintf(stderr, "%s: %s\n", g_program.c_str(), msg.c_str());
   return 1;
 }
 
@@ -427,17 +429,26 @@ struct SessionDeleter {
 
 }  // namespace
 
+std::string program_name(const char* argv0) {
+  const std::string p = argv0 ? argv0 : "";
+  const std::string base = p.substr(p.rfind('/') == std::string::npos ? 0 : p.rfind('/') + 1);
+  return base.empty() ? "h5direct" : base;
+}
+
 int run_mount(int argc, char** argv) {
-  const std::string prog = argc > 0 ? argv[0] : "mount.h5direct";
+  const std::string prog = argc > 0 ? argv[0] : "h5direct";
+  g_program = program_name(argc > 0 ? argv[0] : nullptr);
+  log::set_program(g_program);
   config::MountOptions m;
   try {
     m = config::parse_command_line(std::vector<std::string>(argv + (argc > 0 ? 1 : 0), argv + argc));
   } catch (const std::exception& e) {
-    return die(std::string("error: ") + e.what());
+    die(std::string("error: ") + e.what());
+    std::fputs((config::usage_lines(g_program) + "(" + g_program + " --help: every option)\n").c_str(), stderr);
+    return 1;
   }
   if (m.help) {
-    const std::string base = prog.substr(prog.rfind('/') == std::string::npos ? 0 : prog.rfind('/') + 1);
-    std::fputs(config::usage_text(base.empty() ? "h5direct" : base).c_str(), stdout);
+    std::fputs(config::usage_text(g_program).c_str(), stdout);
     return 0;
   }
   if (m.version) {

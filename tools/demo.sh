@@ -6,5 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$(nproc)" --target mount.h5direct
+# The program (and its helper), and the man page: what `cmake --install build` installs.
+cmake --build build -j"$(nproc)" --target mount.h5direct h5direct_man
 exec /usr/bin/python3 tools/demo.py "$PWD/build/fusefs/mount.h5direct"

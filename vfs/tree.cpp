@@ -136,7 +136,8 @@ bool permits(const Caller& c, uid_t uid, gid_t gid, mode_t mode, int want) {
 }
 
 namespace {
-void check_path(const Caller& c, const std::string& p, int want_dir) {
+// `want_file`: what `c` needs on `p` when it is not a directory (R_OK; 0: reaching it is enough).
+void check_path(const Caller& c, const std::string& p, int want_dir, int want_file) {
   struct stat st;
   if (::stat("/", &st) == 0 && !permits(c, st.st_uid, st.st_gid, st.st_mode, X_OK)) {
     fail(EACCES, "uid " + std::to_string(c.uid) + " may not pass through /");
@@ -150,7 +151,7 @@ void check_path(const Caller& c, const std::string& p, int want_dir) {
     }
   }
   if (::stat(p.c_str(), &st) != 0) fail(errno, p + ": " + std::strerror(errno));
-  const int want = S_ISDIR(st.st_mode) ? want_dir : R_OK;
+  const int want = S_ISDIR(st.st_mode) ? want_dir : want_file;
   if (want && !permits(c, st.st_uid, st.st_gid, st.st_mode, want)) {
     fail(EACCES, "uid " + std::to_string(c.uid) + " may not " + (want & R_OK ? "read " : "enter ") + p);
   }
@@ -159,9 +160,17 @@ void check_path(const Caller& c, const std::string& p, int want_dir) {
 
 void check_access(const Caller& c, const NodeMeta& m, int want_dir) {
   if (c.uid == 0) return;
-  if (m.source) check_path(c, *m.source, want_dir);
+  if (m.source) check_path(c, *m.source, want_dir, R_OK);
   if (m.also) {
-    for (const std::string& p : *m.also) check_path(c, p, R_OK);
+    for (const std::string& p : *m.also) check_path(c, p, R_OK, R_OK);
+  }
+}
+
+void check_reach(const Caller& c, const NodeMeta& m) {
+  if (c.uid == 0) return;
+  if (m.source) check_path(c, *m.source, 0, 0);
+  if (m.also) {
+    for (const std::string& p : *m.also) check_path(c, p, 0, 0);
   }
 }
 

@@ -114,6 +114,10 @@ bool permits(const Caller& c, uid_t uid, gid_t gid, mode_t mode, int want);
 // when it is a directory; the same for each file in NodeMeta::also. Nodes that follow no
 // source pass.
 void check_access(const Caller& c, const NodeMeta& m, int want_dir);
+// Error(EACCES) unless `c` could reach the node's source and each file in NodeMeta::also (search
+// on every directory of their resolved paths, as stat(2) needs), whatever their own modes: what a
+// directory node's attributes need (vfs::Vfs::lookup).
+void check_reach(const Caller& c, const NodeMeta& m);
 
 class Node {
  public:

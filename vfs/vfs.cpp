@@ -168,7 +168,19 @@ Attr Vfs::lookup(uint64_t parent, const std::string& name, const Caller* who) {
   if (who) check_access(*who, p->meta(), X_OK);
   NodePtr c = static_cast<DirNode&>(*p).find(*table_, name);
   if (!c) fail(ENOENT, "no entry '" + name + "'");
-  if (who) check_access(*who, c->meta(), 0);
+  // As a file system shows the mode and owner of an entry to whoever may list its directory and
+  // refuses only opening it: a directory node (an HDF5 file or group, a source directory) whose
+  // source the user can reach is shown, even when they may not read it; listing it, and looking
+  // up or opening anything below it, still need read (readdir, lookup, open). Its attributes say
+  // nothing of its contents (size 0, the source's owner, mode and times). A file node's size is
+  // its contents' (a .npy's shape, a sidecar's attributes): it needs read to be looked up.
+  if (who) {
+    if (c->kind() == NodeKind::Directory) {
+      check_reach(*who, c->meta());
+    } else {
+      check_access(*who, c->meta(), 0);
+    }
+  }
   return attr_of(*c);
 }
 

@@ -73,6 +73,8 @@ class Vfs {
   // `who`: the requesting user, whose access to the source is checked as the kernel would
   // decide it for the source itself (check_access: every directory on the resolved path, the
   // source's mode now), Error(EACCES) when denied; nullptr: not checked (the daemon's own use).
+  // lookup shows a directory node whose source the user may reach but not read (its mode and
+  // owner, as `ls -l` shows them on the source); readdir and open refuse it.
   Attr lookup(uint64_t parent, const std::string& name, const Caller* who = nullptr);  // Error(ENOENT) when missing
   std::vector<DirEntry> readdir(uint64_t ino, const Caller* who = nullptr);
   // flags as open(2): anything but O_RDONLY gives Error(EROFS) (on rw mounts: files that cannot

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <regex>
 
 #include "core/engine/engine.h"
@@ -39,7 +40,10 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 std::vector<std::string> h5_files_in(const std::string& dir, bool exclude_overviews) {
   std::vector<std::string> names;
   DIR* d = opendir(dir.c_str());
-  if (!d) fail(errno ? errno : ENOENT, dir + ": cannot list directory");
+  if (!d) {
+    const int err = errno ? errno : ENOENT;
+    fail(err, dir + ": cannot list directory: " + std::strerror(err));
+  }
   while (dirent* e = readdir(d)) {
     std::string n = e->d_name;
     if (!ends_with(n, ".h5")) continue;

@@ -8,6 +8,7 @@ import json
 import os
 import os.path as osp
 import shutil
+import stat
 import subprocess
 
 import h5py
@@ -274,3 +275,72 @@ def test_external_link_to_a_group_needs_access_to_its_file(tree, mount):
         assert r.returncode != 0 and b'Permission denied' in r.stderr, g
     ok, r = can_read(ALICE, m.path('alice', 'glink.h5', 'mine.raw'))
     assert ok and r.stdout == np.arange(4, dtype='<i4').tobytes()
+
+
+_PROBE = r'''
+import errno, json, os, sys
+def attempt(fn):
+    try:
+        return fn()
+    except OSError as e:
+        return errno.errorcode[e.errno]
+out = {}
+for p in sys.argv[1:]:
+    out[p] = {
+        'lstat': attempt(lambda: (lambda s: [s.st_mode, s.st_uid, s.st_gid])(os.lstat(p))),
+        'open': attempt(lambda: os.close(os.open(p, os.O_RDONLY)) or 'ok'),
+        'listdir': attempt(lambda: sorted(os.listdir(p))),
+    }
+print(json.dumps(out))
+'''
+
+
+def probe(uid, paths):
+    """lstat (mode, uid, gid), open and listdir of each path as user `uid`: a value or an errno name."""
+    r = as_user(uid, '/usr/bin/python3', '-c', _PROBE, *paths)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_ls_l_shows_mode_and_owner_of_what_a_user_may_not_open(mount):
+    """As on any file system, `ls -l` of a directory another user may list shows the mode and
+    owner of its entries, also of those they may not open: a root-only (0600) HDF5 file and a
+    root-only (0700) directory show to eve through allow_other with the mode and owner that root
+    (the daemon's user) sees through the mount, where they showed as `d?????????`. Opening and
+    listing them give EACCES, as on the source; the names inside stay hidden (looking them up
+    is refused, also after root has looked them up), and a sidecar of the private file stays
+    unreadable. A file linked from the private directory to a public one is shown and read."""
+    base = tl.make_tmpdir('acc-ls-')
+    src = osp.join(base, 'src')
+    os.mkdir(src)
+    os.chmod(src, 0o755)
+    _h5(osp.join(src, 'private.h5'), 0, 0o600)
+    _h5(osp.join(src, 'public.h5'), 0, 0o644)
+    pdir = _private_dir(src, 'pdir', 0, 0o700)
+    _h5(osp.join(pdir, 'inner.h5'), 0, 0o644)
+    m = mount(src, 'allow_other')
+    # the oracle, first: what the source shows eve directly
+    direct = probe(EVE, [osp.join(src, n) for n in ('private.h5', 'pdir', 'pdir/inner.h5')])
+    assert isinstance(direct[osp.join(src, 'private.h5')]['lstat'], list)
+    assert direct[osp.join(src, 'private.h5')]['open'] == 'EACCES'
+    assert direct[osp.join(src, 'pdir')]['listdir'] == 'EACCES'
+    assert direct[osp.join(src, 'pdir', 'inner.h5')]['lstat'] == 'EACCES'
+    inside = [m.path('private.h5', 'x.npy'), m.path('private.h5', 'x.json'), m.path('pdir', 'inner.h5')]
+    for p in inside:  # root first: the kernel caches these entries
+        os.lstat(p)
+    shown = {n: os.lstat(m.path(n)) for n in ('private.h5', 'public.h5', 'pdir')}
+    got = probe(EVE, [m.path(n) for n in shown] + inside)
+    for n, st in shown.items():
+        assert got[m.path(n)]['lstat'] == [st.st_mode, st.st_uid, st.st_gid], (n, got[m.path(n)])
+    assert stat.S_ISDIR(shown['private.h5'].st_mode) and stat.S_IMODE(shown['private.h5'].st_mode) == 0o500
+    for n in ('private.h5', 'pdir'):
+        assert got[m.path(n)]['listdir'] == 'EACCES', (n, got[m.path(n)])
+        assert got[m.path(n)]['open'] == 'EACCES', (n, got[m.path(n)])
+    assert got[m.path('public.h5')]['listdir'] == sorted(os.listdir(m.path('public.h5')))
+    for p in inside:
+        assert got[p] == {'lstat': 'EACCES', 'open': 'EACCES', 'listdir': 'EACCES'}, (p, got[p])
+    ok, r = can_read(EVE, m.path('private.h5', 'x.raw'))
+    assert not ok and b'Permission denied' in r.stderr
+    # what the user sees typing it: no question marks
+    r = as_user(EVE, 'ls', '-l', m.path())
+    assert r.returncode == 0 and b'?' not in r.stdout, (r.stdout, r.stderr)

@@ -443,61 +443,6 @@ def test_common_fuse_options(srcdir, mount):
 
 # ---- --help, docs and install ---------------------------------------------------------------------
 
-def help_options():
-    out = run(['--help']).stdout
-    opts = {}
-    lines = out.splitlines()
-    for i, ln in enumerate(lines):
-        mo = re.match(r'^  -o (\w+)(?:=(\S+))?$', ln)
-        if mo:
-            d = re.search(r'\[default: (.*)\]$', lines[i + 1])
-            opts[mo.group(1)] = (mo.group(2) or '', d.group(1))
-    ignored = re.search(r'^Accepted and ignored \(mount\(8\), fstab\): (.*)$', out, re.M).group(1)
-    return opts, {x.strip() for x in ignored.split(',')}
-
-
-def usage_md_options():
-    text = open(osp.join(ROOT, 'docs', 'usage.md')).read()
-    table = text.split('<!-- options table: generated names, checked by test_mount_safety.py -->')[1]
-    table = table.split('\n\n')[0]
-    opts, ignored = {}, set()
-    for row in table.splitlines()[3:]:
-        cells = [c.strip() for c in re.split(r'(?<!\\)\|', row.strip()[1:-1])]
-        if cells[1] == 'ignored':
-            ignored = set(re.findall(r'`([^`]+)`', cells[0]))
-            continue
-        mo = re.fullmatch(r'`(\w+)(?:=([^`]+))?`', cells[0])
-        assert mo, row
-        opts[mo.group(1)] = ((mo.group(2) or '').replace('\\|', '|'), cells[1].replace('\\|', '|'))
-    return opts, ignored
-
-
-def test_help_and_usage_md_list_the_same_options_and_defaults():
-    h, hi = help_options()
-    d, di = usage_md_options()
-    assert len(h) > 20
-    assert h == d
-    assert hi == di
-
-
-def man_page_options():
-    """-o names in docs/mount.h5direct.8's OPTIONS section (.BI NAME= ... or .B NAME)."""
-    text = open(osp.join(ROOT, 'docs', 'mount.h5direct.8')).read()
-    section = text.split('\n.SH OPTIONS\n')[1].split('\n.SH ')[0]
-    names = set()
-    for ln in section.splitlines():
-        mo = re.match(r'^\.BI? "?(\w+)(=|$| )', ln)
-        if mo:
-            names.add(mo.group(1))
-    return names
-
-
-def test_man_page_documents_every_option():
-    h, _ = help_options()
-    missing = set(h) - man_page_options()
-    assert not missing, f'options of --help missing from docs/mount.h5direct.8: {sorted(missing)}'
-
-
 def test_install_puts_h5direct_on_users_path(tmp_path):
     build = osp.dirname(osp.dirname(tl.BIN))
     prefix = str(tmp_path / 'usr')

@@ -193,10 +193,12 @@ TEST_CASE("check_access walks every directory of the source's path and follows c
     CHECK(e.code() == EACCES);
     CHECK(std::string(e.what()).find(priv) != std::string::npos);
   }
+  CHECK_THROWS_AS(check_reach(other, m), Error);  // not even its mode and owner
   REQUIRE(::chmod(priv.c_str(), 0711) == 0);  // search only: the file is reachable
   CHECK_NOTHROW(check_access(other, m, 0));
   REQUIRE(::chmod(f.c_str(), 0600) == 0);     // and now no longer readable
   CHECK_THROWS_AS(check_access(other, m, 0), Error);
+  CHECK_NOTHROW(check_reach(other, m));       // but reachable: ls -l shows its mode and owner
   CHECK(current_meta(m).perm == 0400);
   REQUIRE(::chown(f.c_str(), 61010, 61010) == 0);
   CHECK_NOTHROW(check_access(other, m, 0));
@@ -346,6 +348,18 @@ TEST_CASE("sequential prefetcher: waits until a stream has gone `after` bytes", 
   CHECK(p.on_read(10600, 300, size).len == 0);
   auto r = p.on_read(10900, 300, size);
   CHECK(r.off == 11200);
+  CHECK(r.len == 1000);
+}
+
+TEST_CASE("sequential prefetcher: prefetch_after=0 decodes ahead from a stream's third read", "[vfs]") {
+  // What --help, usage.md and the man page say of prefetch_after=0 (test_docs_agree.py keeps
+  // them saying the same).
+  SequentialPrefetcher p({1000, 8000, 100, 0});
+  const uint64_t size = 1000000;
+  CHECK(p.on_read(0, 100, size).len == 0);
+  CHECK(p.on_read(100, 100, size).len == 0);  // the second read: not yet
+  auto r = p.on_read(200, 100, size);          // the third
+  CHECK(r.off == 300);
   CHECK(r.len == 1000);
 }
 
