@@ -259,7 +259,7 @@ const std::vector<Option>& options() {
        [](const Arg& a) { a.m.fuse.attr_timeout = a.seconds(); }},
       {{"entry_timeout", "SECONDS", "86400", "how long the kernel caches names (0: looks up every time)"},
        [](const Arg& a) { a.m.fuse.entry_timeout = a.seconds(); }},
-      {{"revalidate", "SECONDS", "1", "files and runs that change while mounted: checked (stat) at most this often on lookup, and shown anew (0: never; names then cached for entry_timeout)"},
+      {{"revalidate", "SECONDS", "1", "directories, files and runs that change while mounted: checked (stat) at most this often at a lookup or listing, and shown anew (0: never; names then cached for entry_timeout)"},
        [](const Arg& a) { a.m.vfs.revalidate = a.seconds(); }},
       {{"kernel_cache", "", "always on", "file contents stay in the page cache across opens (accepted, always so)"},
        [](const Arg& a) { a.no_value(); }},

@@ -102,6 +102,61 @@ void Handles::clear() {
   if (!left.empty()) log::info(std::to_string(left.size()) + " handle(s) never released by the kernel freed at exit");
 }
 
+void Invalidator::names_changed(uint64_t dir_ino, const std::vector<std::string>& names) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stop_ || !se_) return;
+    for (const std::string& n : names) {
+      if (queue_.size() >= kMaxQueued) break;
+      queue_.push_back({dir_ino, n});
+    }
+    queue_.push_back({dir_ino, ""});
+  }
+  cv_.notify_one();
+}
+
+void Invalidator::start(fuse_session* se) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (thread_.joinable()) return;
+  se_ = se;
+  stop_ = false;
+  thread_ = std::thread([this] { run(); });
+}
+
+void Invalidator::stop() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!thread_.joinable()) return;
+    stop_ = true;
+  }
+  cv_.notify_one();
+  thread_.join();
+}
+
+void Invalidator::run() {
+  std::vector<Item> batch;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;  // unmounting: nothing left to keep in step
+      batch.swap(queue_);
+    }
+    for (const Item& it : batch) {
+      // ENOENT: the kernel holds nothing of that inode or name (nothing to forget).
+      const int rc = it.name.empty()
+                         ? fuse_lowlevel_notify_inval_inode(se_, it.parent, 0, 0)
+                         : fuse_lowlevel_notify_inval_entry(se_, it.parent, it.name.c_str(), it.name.size());
+      if (rc == 0) sent_.fetch_add(1, std::memory_order_relaxed);
+      else if (rc != -ENOENT && log::debug_enabled()) {
+        log::debug("invalidating " + (it.name.empty() ? std::string("directory") : "'" + it.name + "' in") +
+                   " inode " + std::to_string(it.parent) + ": " + std::strerror(-rc));
+      }
+    }
+    batch.clear();
+  }
+}
+
 size_t splice_pipe_max() {
   size_t v = 1u << 20;  // the kernel's default
   if (FILE* f = std::fopen("/proc/sys/fs/pipe-max-size", "r")) {

@@ -7,12 +7,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -100,6 +102,37 @@ class PerFileReadahead {
   std::chrono::steady_clock::time_point used_{};  // the last open answered with now_
 };
 
+// Makes the kernel forget the names vfs says changed (vfs::TreeListener): a name added,
+// removed or replaced in a revalidated directory (fuse_lowlevel_notify_inval_entry), and the
+// directory's attributes and cached listing (fuse_lowlevel_notify_inval_inode). vfs tells it
+// while handling a lookup or readdir of that very directory, where libfuse forbids the call (the
+// kernel may hold the directory's lock until that request is answered: fuse_lowlevel.h), so the
+// names are queued and sent by a thread of its own, which holds no lock of ours while it sends.
+class Invalidator final : public vfs::TreeListener {
+ public:
+  static constexpr size_t kMaxQueued = 100000;  // beyond: dropped (the names expire by themselves)
+  ~Invalidator() override { stop(); }
+  void names_changed(uint64_t dir_ino, const std::vector<std::string>& names) override;
+  // Starts the thread (after daemonizing); stop() ends it after sending what is queued.
+  void start(fuse_session* se);
+  void stop();
+  uint64_t sent() const { return sent_.load(std::memory_order_relaxed); }
+
+ private:
+  void run();
+  struct Item {
+    uint64_t parent;
+    std::string name;  // empty: the directory itself
+  };
+  std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards queue_, stop_
+  std::condition_variable cv_;
+  std::vector<Item> queue_;
+  bool stop_ = false;
+  fuse_session* se_ = nullptr;
+  std::thread thread_;
+  std::atomic<uint64_t> sent_{0};
+};
+
 // The session's userdata. `vfs` is set before the session loop starts (after daemonizing).
 struct Context {
   vfs::Vfs* vfs = nullptr;
@@ -118,6 +151,7 @@ struct Context {
   ReadsInFlight reads;
   PushBuffers push_buffers;
   Handles handles;  // cleared by fusefs/mount.cpp when the session loop has ended
+  Invalidator invalidator;  // the Vfs's listener; started and stopped by fusefs/mount.cpp
 };
 
 // libfuse splices a reply only through one pipe that holds all of it and a page per buffer

@@ -534,6 +534,8 @@ int run_mount(int argc, char** argv) {
       if (HelperPool* hp = engine->helpers()) hp->start_idle();
       fs = std::make_unique<vfs::Vfs>(*engine, m.vfs, m.source);
       vfs::install_builtin_providers(*fs, m.vfs);
+      fs->set_listener(&ctx.invalidator);
+      ctx.invalidator.start(se.get());  // with the signals blocked, as every thread of ours
       if (m.vfs.writable) {
         writer = std::make_unique<Writer>(*engine, m.writer);
         fs->set_writer(writer.get());
@@ -565,6 +567,7 @@ int run_mount(int argc, char** argv) {
       if (r < 0) log::error(std::string("session loop failed: ") + std::strerror(-r));
       fuse_loop_cfg_destroy(cfg);
     }
+    ctx.invalidator.stop();  // before the session and the Vfs go
     // Unmount: everything pending reaches the files, which are closed (H5Fflush, H5Fclose).
     if (writer) {
       try {

@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstring>
 #include <set>
+#include <unordered_map>
 
 #include "core/engine/engine.h"
 #include "core/error.h"
@@ -87,18 +88,106 @@ std::string resolve_link(const std::string& path, const std::string& avoid, std:
   return cur.empty() ? "/" : cur;
 }
 
+int64_t ns_of(const timespec& t) { return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec; }
+
+int64_t realtime_ns() {
+  timespec t;
+  ::clock_gettime(CLOCK_REALTIME, &t);
+  return ns_of(t);
+}
+
+// What a directory looked like, from one stat: a name added, removed or renamed in it changes
+// its mtime and ctime; a directory replaced has another inode.
+struct DirStamp {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  int64_t mtime_ns = 0, ctime_ns = 0;
+  static DirStamp of(const struct stat& st) {
+    return {st.st_dev, st.st_ino, ns_of(st.st_mtim), ns_of(st.st_ctim)};
+  }
+  bool operator==(const DirStamp& o) const {
+    return dev == o.dev && ino == o.ino && mtime_ns == o.mtime_ns && ctime_ns == o.ctime_ns;
+  }
+  bool operator!=(const DirStamp& o) const { return !(*this == o); }
+};
+
+// A directory's times come from the kernel's coarse clock (a few ms a tick): a change in the
+// tick of the stat taken before a listing leaves the same times. A listing whose stamp is
+// younger than this is made again at the next check.
+constexpr int64_t kTickNs = 50'000'000;
+// Regular files left out for lacking the HDF5 signature while young (modified within this
+// long before a check: a file h5py is still writing has no superblock yet) are watched: each
+// check stats them, and reads the signature again where they changed. Writing into a file does
+// not change its directory's times.
+constexpr int64_t kPendingNs = int64_t(600) * 1000000000;
+constexpr size_t kPendingMax = 256;
+
 class PlainDirProvider final : public DirProvider {
  public:
   PlainDirProvider(const TreeContext& ctx, std::string path, DirChainPtr chain)
       : ctx_(ctx), path_(std::move(path)), chain_(std::move(chain)) {}
 
+  // Names added, removed or replaced show at a lookup or listing (rw mounts: the writer adds
+  // what it creates itself; listings are kept).
+  double revalidate_seconds() const override { return ctx_.writer ? 0 : ctx_.opts.revalidate; }
+
+  // One stat of the directory; and one of each young file that is not (yet) an HDF5 file.
+  bool changed() override {
+    struct stat st;
+    if (::stat(path_.c_str(), &st) != 0) return false;  // gone: its parent's listing drops it
+    if (unsure_ || DirStamp::of(st) != stamp_) return true;
+    const int64_t now = realtime_ns();
+    for (size_t i = 0; i < pending_.size();) {
+      Pending& p = pending_[i];
+      struct stat fst;
+      if (::stat(p.path.c_str(), &fst) != 0 || !S_ISREG(fst.st_mode)) {
+        pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));  // gone: the directory's times say so
+        continue;
+      }
+      const FileIdentity id = identity_of(fst);
+      if (id != p.id) {
+        if (is_hdf5_file(p.path)) return true;
+        p.id = id;
+      }
+      if (now - id.mtime_ns > kPendingNs) {
+        pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      }
+      ++i;
+    }
+    return false;
+  }
+
   std::vector<ChildEntry> list() override {
     DIR* d = ::opendir(path_.c_str());
     if (!d) fail(errno, "cannot list directory " + path_ + ": " + std::strerror(errno));
-    if (!chain_) {
+    const bool follow = revalidate_seconds() > 0;
+    {
       struct stat self;
-      if (::fstat(::dirfd(d), &self) == 0) chain_ = chain_with(nullptr, self);
+      if (::fstat(::dirfd(d), &self) == 0) {
+        if (!chain_) chain_ = chain_with(nullptr, self);
+        // Before reading: a change meanwhile is seen at the next check.
+        stamp_ = DirStamp::of(self);
+        unsure_ = follow && realtime_ns() - std::max(stamp_.mtime_ns, stamp_.ctime_ns) < kTickNs;
+      }
     }
+    std::unordered_map<std::string, Shown> shown;  // what this listing shows (revalidated only)
+    std::vector<Pending> pending;
+    std::set<std::string> left;  // the lines logged for entries left out (revalidated only)
+    const int64_t listed_ns = follow ? realtime_ns() : 0;
+    // The node an entry had at the last listing, when it is still the same object: it keeps
+    // its inode number and what it listed below it (a run stays open).
+    auto reuse = [&](const std::string& name, const std::string& real, const struct stat& st) -> NodePtr {
+      if (!follow) return nullptr;
+      auto it = shown_.find(name);
+      if (it == shown_.end()) return nullptr;
+      const Shown& s = it->second;
+      if (s.real != real || s.dev != st.st_dev || s.ino != st.st_ino || s.type != (st.st_mode & S_IFMT)) return nullptr;
+      return s.node;
+    };
+    auto keep = [&](const std::string& name, const std::string& real, const struct stat& st, const NodePtr& n) {
+      if (follow) shown.emplace(name, Shown{real, st.st_dev, st.st_ino, st.st_mode & S_IFMT, n});
+    };
     std::vector<ChildEntry> out;
     // A listing that takes long (thousands of files on a slow file system) says how far it got.
     const auto t0 = std::chrono::steady_clock::now();
@@ -119,7 +208,13 @@ class PlainDirProvider final : public DirProvider {
         }
         std::string path = join(path_, name);
         auto left_out = [&](log::Level level, const std::string& why) {
-          log::write(level, "left out " + path + ": " + why);
+          // Once per name and reason while it stays left out (a revalidated directory is listed again).
+          const std::string line = "left out " + path + ": " + why;
+          if (follow) {
+            left.insert(line);
+            if (left_.count(line)) return;
+          }
+          log::write(level, line);
         };
         if (is_under(path, ctx_.opts.exclude_path)) {
           left_out(log::Level::Warn, "it is the mount point");
@@ -146,10 +241,15 @@ class PlainDirProvider final : public DirProvider {
                                          std::to_string(st.st_dev) + ", inode " + std::to_string(st.st_ino) + ")");
           continue;
         }
-        if (S_ISDIR(st.st_mode)) {
+        if (NodePtr same = reuse(name, real, st)) {
+          keep(name, real, st, same);
+          out.push_back({name, std::move(same)});
+        } else if (S_ISDIR(st.st_mode)) {
           // A symlinked directory is listed by its resolved path, so that the mount point's
           // exclusion holds below it too.
-          out.push_back({name, make_source_dir_node(ctx_, real, st, chain_)});
+          NodePtr dir = make_source_dir_node(ctx_, real, st, chain_);
+          keep(name, real, st, dir);
+          out.push_back({name, std::move(dir)});
         } else if (S_ISREG(st.st_mode)) {
           const int fd = ::open(real.c_str(), O_RDONLY | O_CLOEXEC);
           if (fd < 0) {
@@ -162,8 +262,11 @@ class PlainDirProvider final : public DirProvider {
           if (sig == 1) {
             // By its resolved path: what the requesting user must be able to reach
             // (check_access) and what the daemon opens are the same file.
-            out.push_back({name, make_hdf5_file_node(ctx_, real, st)});
+            NodePtr file = make_hdf5_file_node(ctx_, real, st);
+            keep(name, real, st, file);
+            out.push_back({name, std::move(file)});
           } else if (sig == 0) {
+            if (follow && listed_ns - ns_of(st.st_mtim) <= kPendingNs) pending.push_back({real, identity_of(st)});
             left_out(log::Level::Info, "not an HDF5 file (no HDF5 signature)");
           } else {
             left_out(log::Level::Warn, std::string("unreadable (") + std::strerror(-sig) + ")");
@@ -177,14 +280,84 @@ class PlainDirProvider final : public DirProvider {
       throw;
     }
     ::closedir(d);
+    if (follow) {
+      shown_ = std::move(shown);
+      if (pending.size() > kPendingMax) {  // the youngest
+        std::nth_element(pending.begin(), pending.begin() + kPendingMax, pending.end(),
+                         [](const Pending& a, const Pending& b) { return a.id.mtime_ns > b.id.mtime_ns; });
+        pending.resize(kPendingMax);
+      }
+      pending_ = std::move(pending);
+      left_ = std::move(left);
+    }
     return out;
   }
 
  private:
+  struct Shown {
+    std::string real;
+    dev_t dev;
+    ino_t ino;
+    mode_t type;
+    NodePtr node;
+  };
+  struct Pending {
+    std::string path;
+    FileIdentity id;
+  };
+
   const TreeContext& ctx_;
   std::string path_;
   DirChainPtr chain_;  // path_ and the directories it is shown below
+  // Revalidated directories only (revalidate_seconds() > 0), guarded by the DirNode's list_mu_:
+  DirStamp stamp_;      // the directory at the last list()
+  bool unsure_ = false;  // the stamp was taken in the tick of a change: list again at the next check
+  std::unordered_map<std::string, Shown> shown_;  // name -> what the last list() showed
+  std::vector<Pending> pending_;  // young files without the signature, watched by changed()
+  std::set<std::string> left_;    // the left-out lines of the last list(), not logged again
 };
+
+// The provider of a source directory, chosen again when a directory that no factory wanted
+// changed: `cp -r r0338 r0340` makes r0340 before its files, so it is first a plain directory,
+// then a run. Used when directories are revalidated.
+class ChosenDirProvider final : public DirProvider {
+ public:
+  ChosenDirProvider(const TreeContext& ctx, std::string path, const struct stat& st, DirChainPtr up)
+      : ctx_(ctx), path_(std::move(path)), up_(std::move(up)) {
+    inner_ = from_factories(st);
+    if (!inner_) inner_ = make_plain_dir_provider(ctx_, path_, chain_with(up_, st));
+    else plain_ = false;
+  }
+  std::vector<ChildEntry> list() override {
+    struct stat st;
+    if (plain_ && listed_ && ::stat(path_.c_str(), &st) == 0) {
+      if (auto p = from_factories(st)) {
+        log::info(path_ + ": changed on disk; shown by its own view now (a run directory)");
+        inner_ = std::move(p);
+        plain_ = false;
+      }
+    }
+    listed_ = true;
+    return inner_->list();
+  }
+  double revalidate_seconds() const override { return inner_->revalidate_seconds(); }
+  bool changed() override { return inner_->changed(); }
+
+ private:
+  std::unique_ptr<DirProvider> from_factories(const struct stat& st) {
+    for (const auto& f : ctx_.factories) {
+      if (auto p = f(ProviderRequest{ctx_, path_, SourceKind::Directory, st, up_})) return p;
+    }
+    return nullptr;
+  }
+  const TreeContext& ctx_;
+  std::string path_;
+  DirChainPtr up_;
+  std::unique_ptr<DirProvider> inner_;
+  bool plain_ = true, listed_ = false;
+};
+
+bool follows_changes(const TreeContext& ctx) { return ctx.opts.revalidate > 0 && !ctx.writer; }
 
 class GroupProvider final : public DirProvider {
  public:
@@ -341,6 +514,7 @@ std::unique_ptr<DirProvider> make_group_provider(const TreeContext& ctx, const s
 
 std::unique_ptr<DirProvider> make_source_dir_provider(const TreeContext& ctx, const std::string& path,
                                                       const struct stat& st, DirChainPtr up) {
+  if (follows_changes(ctx)) return std::make_unique<ChosenDirProvider>(ctx, path, st, std::move(up));
   for (const auto& f : ctx.factories) {
     if (auto p = f(ProviderRequest{ctx, path, SourceKind::Directory, st, up})) return p;
   }
@@ -364,13 +538,15 @@ NodePtr make_source_dir_node(const TreeContext& ctx, const std::string& path, co
     n->set_write_target({WriteTarget::SourceDir, path, ""});
     return n;
   }
-  return std::make_shared<DirNode>(source_meta(path, st, MetaRule::Dir),
-                                   make_source_dir_provider(ctx, path, st, std::move(up)));
+  NodeMeta m = source_meta(path, st, MetaRule::Dir);
+  m.live = follows_changes(ctx);  // its parent may drop or replace it
+  return std::make_shared<DirNode>(m, make_source_dir_provider(ctx, path, st, std::move(up)));
 }
 
 NodePtr make_hdf5_file_node(const TreeContext& ctx, const std::string& path, const struct stat& st) {
-  return std::make_shared<DirNode>(source_meta(path, st, MetaRule::DirOfFile),
-                                   make_hdf5_file_provider(ctx, path, st));
+  NodeMeta m = source_meta(path, st, MetaRule::DirOfFile);
+  m.live = follows_changes(ctx);
+  return std::make_shared<DirNode>(m, make_hdf5_file_provider(ctx, path, st));
 }
 
 NodePtr make_group_node(const TreeContext& ctx, const std::string& file_path,

@@ -278,10 +278,42 @@ std::shared_ptr<const DirNode::Listing> DirNode::listing(InodeTable& table) {
     interval_ns_.store(interval_ns, std::memory_order_release);
   }
   if (interval_ns <= 0) provider_.reset();  // the listing is final; release what the provider held
-  std::lock_guard<std::mutex> lk(mu_);
-  listing_ = std::move(l);
-  checked_ns_ = steady_ns();
-  return listing_;
+  std::vector<std::string> changed;
+  if (current) changed = changed_names(*current, *l);
+  std::shared_ptr<const Listing> now;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    listing_ = std::move(l);
+    checked_ns_ = steady_ns();
+    now = listing_;
+  }
+  if (!changed.empty()) {
+    if (log::debug_enabled()) {
+      log::debug("directory inode " + std::to_string(ino()) + " listed again: " + std::to_string(changed.size()) +
+                 " name(s) changed, the first '" + changed.front() + "'");
+    }
+    // Still under list_mu_: the next relisting's names reach the listener after these.
+    if (TreeListener* t = table.listener()) t->names_changed(ino(), changed);
+  }
+  return now;
+}
+
+std::vector<std::string> DirNode::changed_names(const Listing& before, const Listing& after) {
+  std::vector<std::string> out;
+  // Both sorted by name: one merge.
+  size_t i = 0, j = 0;
+  while (i < before.entries.size() || j < after.entries.size()) {
+    if (j == after.entries.size() || (i < before.entries.size() && before.entries[i].name < after.entries[j].name)) {
+      out.push_back(before.entries[i++].name);  // removed
+    } else if (i == before.entries.size() || after.entries[j].name < before.entries[i].name) {
+      out.push_back(after.entries[j++].name);  // added
+    } else {
+      if (before.entries[i].node != after.entries[j].node) out.push_back(after.entries[j].name);  // replaced
+      ++i;
+      ++j;
+    }
+  }
+  return out;
 }
 
 NodePtr DirNode::find(InodeTable& table, const std::string& name) {

@@ -69,9 +69,10 @@ struct NodeMeta {
   // Other files the node's bytes come from (the file behind an external link, VDS sources;
   // resolved): the requesting user must be able to read each of them too.
   std::shared_ptr<const std::vector<std::string>> also;
-  // Shown from a source that may change while mounted (an HDF5 file, a run directory): the
-  // kernel keeps its name at most VfsOptions::revalidate seconds, so that a node replaced by a
-  // new listing (vfs/tree.h, DirProvider::changed) is looked up again.
+  // Shown from a source that may change while mounted (an entry of a source directory, an HDF5
+  // file, a run directory): the kernel keeps its name at most VfsOptions::revalidate seconds,
+  // so that a node replaced by a new listing (vfs/tree.h, DirProvider::changed) is looked up
+  // again even where no invalidation reached the kernel.
   bool live = false;
 };
 
@@ -254,6 +255,10 @@ struct ChildEntry {
 // listing: new nodes, new inode numbers, so the kernel drops what it cached of the old ones (their
 // names are cached at most that long: NodeMeta::live), while files already open keep their old
 // nodes and arrays. When that list() throws, the previous listing stays (logged).
+//
+// A provider that lists again may hand back the nodes of entries that did not change (the same
+// NodePtr): those keep their inode numbers and whatever they have listed below them; only the
+// names whose node differs (added, removed, replaced) count as changed (changed_names).
 class DirProvider {
  public:
   virtual ~DirProvider() = default;
@@ -264,6 +269,17 @@ class DirProvider {
 };
 
 class InodeTable;
+
+// Told which names of a directory changed when a revalidated directory was listed again: vfs
+// decides what changed, the listener (the FUSE adapter) makes the kernel forget what it cached
+// of those names and of the directory. Called with the directory's listing lock held (level 1):
+// it must not block, take a lock below level 5 or call back into the tree (the adapter queues
+// the names for a thread of its own).
+class TreeListener {
+ public:
+  virtual ~TreeListener() = default;
+  virtual void names_changed(uint64_t dir_ino, const std::vector<std::string>& names) = 0;
+};
 
 // Where new entries of a directory go on a rw mount (vfs/writable.cpp).
 struct WriteTarget {
@@ -284,8 +300,12 @@ class DirNode final : public Node {
     std::vector<ChildEntry> entries;  // sorted by name
     std::unordered_map<std::string, size_t> index;
   };
-  // Lists the provider on first use and registers the children's inodes.
+  // Lists the provider on first use and registers the children's inodes. A revalidated
+  // directory whose listing changed tells the table's listener which names did.
   std::shared_ptr<const Listing> listing(InodeTable& table);
+  // The names whose node differs between two listings (added, removed, or shown for another
+  // node), sorted.
+  static std::vector<std::string> changed_names(const Listing& before, const Listing& after);
   // nullptr when there is no such child.
   NodePtr find(InodeTable& table, const std::string& name);
   // Adds a child after the listing (rw mounts: created entries). Error(EEXIST) when taken.
@@ -313,8 +333,12 @@ class InodeTable {
   uint64_t add(const NodePtr& node);
   NodePtr get(uint64_t ino) const;  // nullptr when unknown
   size_t size() const;
+  // Who is told about names that changed (TreeListener); set before the first access.
+  void set_listener(TreeListener* l) { listener_ = l; }
+  TreeListener* listener() const { return listener_; }
 
  private:
+  TreeListener* listener_ = nullptr;
   mutable std::shared_mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards nodes_
   std::vector<NodePtr> nodes_;    // nodes_[ino - 1]
 };

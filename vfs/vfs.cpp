@@ -107,6 +107,8 @@ void Vfs::add_provider_factory(ProviderFactory factory) {
   ctx_->factories.push_back(std::move(factory));
 }
 
+void Vfs::set_listener(TreeListener* listener) { table_->set_listener(listener); }
+
 NodePtr Vfs::node(uint64_t ino) {
   NodePtr n = table_->get(ino);
   if (!n) fail(ENOENT, "unknown inode " + std::to_string(ino));

@@ -68,6 +68,9 @@ class Vfs {
 
   // Extension point (EuXFEL run view): call before the first access.
   void add_provider_factory(ProviderFactory factory);
+  // Who is told which names of a revalidated directory changed (TreeListener, vfs/tree.h: the
+  // FUSE adapter, which makes the kernel forget them); call before the first access.
+  void set_listener(TreeListener* listener);
 
   Attr getattr(uint64_t ino);
   // `who`: the requesting user, whose access to the source is checked as the kernel would

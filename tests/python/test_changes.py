@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import os.path as osp
+import shutil
 import time
 
 import h5py
@@ -227,3 +228,170 @@ def test_deleted_file(src, mount):
     np.testing.assert_array_equal(np.load(m.path('other.h5', 'contig.npy')),
                                   _expected(osp.join(src, 'other.h5'), 'contig'))
     assert m.proc.poll() is None
+
+
+# ---- The source tree: names added and removed while mounted -----------------------------------
+#
+# Every directory shown for a source directory is checked (one stat of the directory) at a
+# lookup or listing at most once per -o revalidate seconds, and listed again when it changed
+# (docs/semantics.md, "Files that change"). Waiting for a change to show is a poll with a
+# generous deadline, not a timing claim.
+
+DEADLINE = 30.0
+
+
+def _wait_until(pred, what):
+    t0 = time.monotonic()
+    while True:
+        got = pred()
+        if got:
+            return got
+        assert time.monotonic() - t0 < DEADLINE, 'not seen within the deadline: ' + what
+        time.sleep(0.1)
+
+
+def _small(path, seed):
+    """A small HDF5 file (h5py) with one dataset `x`; returns its values."""
+    x = np.random.default_rng(seed).integers(0, 1 << 20, 5000, dtype='<i4')
+    with h5py.File(path, 'w') as f:
+        f['x'] = x
+    return x
+
+
+def _names(path):
+    return sorted(n for n in os.listdir(path) if not n.startswith('.'))
+
+
+@pytest.fixture
+def tree():
+    """A proposal tree: p900001/raw/r0001/{a.h5, sub/b.h5}."""
+    d = osp.join(tl.make_tmpdir('tree-'), 'p900001')
+    os.makedirs(osp.join(d, 'raw', 'r0001', 'sub'))
+    _small(osp.join(d, 'raw', 'r0001', 'a.h5'), 1)
+    _small(osp.join(d, 'raw', 'r0001', 'sub', 'b.h5'), 2)
+    return d
+
+
+def test_tree_changes_show_while_mounted(tree, mount):
+    """New and deleted files and directories anywhere in the tree (a run's parent, a run
+    directory, nested directories, a plain .h5) show without a remount, by lookup and by
+    listing; the kernel's cached names (positive and negative) do not hide them."""
+    raw = osp.join(tree, 'raw')
+    m = mount(tree, 'revalidate=1')
+    assert _names(m.path('raw')) == ['r0001']
+    assert _names(m.path('raw', 'r0001')) == ['a.h5', 'sub']
+    assert _names(m.path('raw', 'r0001', 'a.h5')) == ['x.json', 'x.npy', 'x.raw']
+    assert _names(m.path('raw', 'r0001', 'sub', 'b.h5')) == ['x.json', 'x.npy', 'x.raw']
+    assert not osp.exists(m.path('raw', 'r0002'))   # the kernel keeps the negative answer
+    # added: a new run directory with a nested directory and file, a plain file beside others
+    os.makedirs(osp.join(raw, 'r0002', 'deep'))
+    c = _small(osp.join(raw, 'r0002', 'deep', 'c.h5'), 3)
+    new = _small(osp.join(raw, 'r0001', 'new.h5'), 4)
+    # removed: a file and a directory whose names the kernel has cached
+    os.unlink(osp.join(raw, 'r0001', 'a.h5'))
+    shutil.rmtree(osp.join(raw, 'r0001', 'sub'))
+    # by lookup alone (no listing of raw/ first), down the new nested path
+    _wait_until(lambda: osp.exists(m.path('raw', 'r0002', 'deep', 'c.h5', 'x.npy')),
+                'raw/r0002/deep/c.h5/x.npy looked up')
+    np.testing.assert_array_equal(np.load(m.path('raw', 'r0002', 'deep', 'c.h5', 'x.npy')), c)
+    _wait_until(lambda: not osp.exists(m.path('raw', 'r0001', 'a.h5', 'x.npy')), 'a.h5 gone (lookup)')
+    _wait_until(lambda: not osp.exists(m.path('raw', 'r0001', 'sub')), 'sub gone (lookup)')
+    with pytest.raises(FileNotFoundError):
+        np.load(m.path('raw', 'r0001', 'a.h5', 'x.npy'))
+    # by listing
+    _wait_until(lambda: _names(m.path('raw')) == ['r0001', 'r0002'], 'r0002 listed')
+    _wait_until(lambda: _names(m.path('raw', 'r0001')) == ['new.h5'], 'raw/r0001 listed anew')
+    np.testing.assert_array_equal(np.load(m.path('raw', 'r0001', 'new.h5', 'x.npy')), new)
+    # a whole directory removed, then made again with other contents
+    shutil.rmtree(osp.join(raw, 'r0002'))
+    _wait_until(lambda: _names(m.path('raw')) == ['r0001'], 'r0002 gone from the listing')
+    os.makedirs(osp.join(raw, 'r0002'))
+    e = _small(osp.join(raw, 'r0002', 'e.h5'), 5)
+    _wait_until(lambda: osp.exists(m.path('raw', 'r0002', 'e.h5', 'x.npy')), 'r0002/e.h5 made again')
+    assert _names(m.path('raw', 'r0002')) == ['e.h5']
+    np.testing.assert_array_equal(np.load(m.path('raw', 'r0002', 'e.h5', 'x.npy')), e)
+    assert m.proc.poll() is None
+
+
+def test_file_written_while_listed_appears_once_complete(tree, mount):
+    """A file h5py is still writing when its directory is listed (no superblock on disk yet, or
+    one libhdf5 has not finished) shows once written, though writing into it does not change
+    its directory."""
+    d = osp.join(tree, 'raw', 'r0001')
+    m = mount(tree, 'revalidate=1')
+    assert _names(m.path('raw', 'r0001')) == ['a.h5', 'sub']
+    x = np.arange(100000, dtype='<f8')
+    f = h5py.File(osp.join(d, 'late.h5'), 'w')
+    try:
+        f['x'] = x
+        time.sleep(1.5)   # a check is due: the directory is listed while the file is open
+        _names(m.path('raw', 'r0001'))
+        time.sleep(1.5)
+        _names(m.path('raw', 'r0001'))
+    finally:
+        f.close()
+    _wait_until(lambda: 'late.h5' in _names(m.path('raw', 'r0001')) and
+                osp.exists(m.path('raw', 'r0001', 'late.h5', 'x.npy')), 'late.h5 once closed')
+    _wait_until(lambda: np.array_equal(np.load(m.path('raw', 'r0001', 'late.h5', 'x.npy')), x),
+                'late.h5 read as h5py wrote it')
+    assert m.proc.poll() is None
+
+
+def test_deleted_or_replaced_file_open_readers_get_old_bytes_or_estale(src, mount):
+    """A file deleted while open: its open descriptors and mappings read its old bytes or fail
+    with ESTALE, never other bytes; its name goes from the listing; a new file put under the
+    same name is a new file, and the old descriptors still never read it."""
+    p = osp.join(src, 'run.h5')
+    m = mount(src, 'revalidate=1')
+    old = {n: _expected(p, n) for n in ('contig', 'chunked')}
+    fds = {n: os.open(m.path('run.h5', n + '.raw'), os.O_RDONLY) for n in old}
+    mm = np.load(m.path('run.h5', 'contig.npy'), mmap_mode='r')
+    held = np.array(mm[:N // 4])    # these pages are held by the mapping
+    try:
+        for n, fd in fds.items():
+            assert os.pread(fd, 4096, 0) == old[n].tobytes()[:4096]
+
+        def check_old_or_estale():
+            for n, fd in fds.items():
+                ob = old[n].tobytes()
+                for off in (0, len(ob) // 3, len(ob) - 100000):
+                    try:
+                        got = os.pread(fd, 65536, off)
+                    except OSError as e:
+                        assert e.errno == errno.ESTALE, e
+                        continue
+                    assert got == ob[off:off + len(got)], (n, off)
+            np.testing.assert_array_equal(mm[:N // 4], held)
+
+        os.unlink(p)
+        check_old_or_estale()
+        _wait_until(lambda: _names(m.mnt) == ['other.h5'], 'run.h5 gone from the listing')
+        with pytest.raises(FileNotFoundError):
+            np.load(m.path('run.h5', 'contig.npy'))
+        check_old_or_estale()
+        # another file under the old name
+        _bump_mtime_clock()
+        _write(p, seed=5)
+        new = _expected(p, 'contig')
+        _wait_until(lambda: osp.exists(m.path('run.h5', 'contig.npy')), 'run.h5 again')
+        np.testing.assert_array_equal(np.load(m.path('run.h5', 'contig.npy')), new)
+        check_old_or_estale()
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+        del mm
+    np.testing.assert_array_equal(np.load(m.path('other.h5', 'contig.npy')),
+                                  _expected(osp.join(src, 'other.h5'), 'contig'))
+    assert m.proc.poll() is None
+
+
+def test_revalidate_0_keeps_directory_listings(tree, mount):
+    """-o revalidate=0: directories are listed once per mount (a new file shows after a
+    remount)."""
+    m = mount(tree, 'revalidate=0')
+    assert _names(m.path('raw', 'r0001')) == ['a.h5', 'sub']
+    _small(osp.join(tree, 'raw', 'r0001', 'new.h5'), 4)
+    time.sleep(2.5)   # several periods of the default revalidate=1
+    assert _names(m.path('raw', 'r0001')) == ['a.h5', 'sub']
+    m.close()
+    assert _names(mount(tree).path('raw', 'r0001')) == ['a.h5', 'new.h5', 'sub']

@@ -231,3 +231,54 @@ def test_revalidate_0_keeps_the_listing(run_dir, mount):
     m.close()
     m2 = mount(run_dir)
     assert len(_in_subprocess(READ_RUN, m2.mnt)['files']) == 2
+
+
+def _try_read_run(root):
+    """READ_RUN in another process; None while the run is not (yet) there."""
+    r = subprocess.run([PY, '-c', READ_RUN, root], capture_output=True, text=True, timeout=120)
+    return json.loads(r.stdout) if r.returncode == 0 else None
+
+
+def _runs(mnt):
+    return sorted(n for n in os.listdir(mnt) if not n.startswith('.'))
+
+
+def test_new_and_deleted_run_directories_show_in_their_parent(run_dir, mount):
+    """A mount of a proposal's raw/ left up during a beamtime: a run copied in (cp -r), a run
+    directory made empty and filled afterwards (first a plain directory, then a run), and a run
+    deleted show without a remount; the run already read keeps its node (it is not read again)."""
+    parent = osp.dirname(run_dir)
+    m = mount(parent, 'revalidate=1')
+    assert _runs(m.mnt) == ['r0042']
+    first = _in_subprocess(READ_RUN, m.path('r0042'))
+    ino = os.stat(m.path('r0042')).st_ino
+    assert not osp.exists(m.path('r0043'))
+
+    shutil.copytree(run_dir, osp.join(parent, 'r0043'))     # cp -r r0042 r0043
+    got = _wait_for(lambda: _try_read_run(m.path('r0043')), 'r0043 read as a run')
+    oracle, k = _oracle_pos(osp.join(parent, 'r0043'))
+    assert got['train_ids'] == oracle['train_ids'].tolist()
+    assert np.array_equal(np.asarray(got['pos'], 'f4'), k['data'])
+    assert edm.check_mounted_run(m.path('r0043'), oracle) > 10
+    _wait_for(lambda: _runs(m.mnt) == ['r0042', 'r0043'], 'r0043 listed')
+
+    # made empty, listed as a plain directory, then written: shown as a run
+    os.makedirs(osp.join(parent, 'r0044'))
+    _wait_for(lambda: 'r0044' in _runs(m.mnt), 'r0044 listed')
+    assert _runs(m.path('r0044')) == []
+    edm.write_file(osp.join(parent, 'r0044', 'RAW-R0044-DA01-S00000.h5'), _devices(), ntrains=8,
+                   firsttrain=20000, chunksize=8, format_version='1.0')
+    got = _wait_for(lambda: _try_read_run(m.path('r0044')), 'r0044 read as a run once written')
+    assert got['train_ids'] == list(range(20000, 20008))
+    assert edm.check_mounted_run(m.path('r0044'), edm.read_oracle(osp.join(parent, 'r0044'))) > 10
+    assert 'r0044: changed on disk; shown by its own view now' in m.log(), m.log()
+
+    shutil.rmtree(osp.join(parent, 'r0043'))
+    _wait_for(lambda: _runs(m.mnt) == ['r0042', 'r0044'], 'r0043 gone from the listing')
+    _wait_for(lambda: not osp.exists(m.path('r0043', 'run.json')), 'r0043 gone (lookup)')
+
+    # the run read first was not replaced: same inode, same contents, not read again
+    assert os.stat(m.path('r0042')).st_ino == ino
+    assert _in_subprocess(READ_RUN, m.path('r0042')) == first
+    assert osp.realpath(run_dir) + ': changed on disk' not in m.log(), m.log()
+    assert m.proc.poll() is None

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -538,4 +539,146 @@ TEST_CASE("supplementary groups of a request's thread, from /proc", "[vfs][acces
   CHECK_FALSE(vfs::parse_status_groups("Name:\tx\n", g));
   CHECK_FALSE(vfs::parse_status_groups("Name:\tx\nGroups:\t4 x5\n", g));
   CHECK_FALSE(vfs::parse_status_groups("Name:\tx\nGroups:\t4294967296\n", g));
+}
+
+namespace {
+
+// What the FUSE adapter would be told: the names of each directory that changed.
+class RecordingListener final : public TreeListener {
+ public:
+  void names_changed(uint64_t dir_ino, const std::vector<std::string>& names) override {
+    for (const std::string& n : names) seen.emplace_back(dir_ino, n);
+  }
+  std::vector<std::pair<uint64_t, std::string>> take() { return std::exchange(seen, {}); }
+  std::vector<std::pair<uint64_t, std::string>> seen;
+};
+
+std::set<std::string> names_of(Vfs& fs, uint64_t ino) {
+  std::set<std::string> out;
+  for (const auto& e : fs.readdir(ino)) out.insert(e.name);
+  return out;
+}
+
+// Longer than the revalidate interval of the test below (a check is due), and than the
+// coarse-clock margin a listing taken just after a change is made again for.
+void past_interval() { ::usleep(120 * 1000); }
+
+}  // namespace
+
+TEST_CASE("changed_names: added, removed and replaced names, sorted", "[vfs][revalidate]") {
+  auto f = [] { return make_text_file([] { return std::string(); }, NodeMeta{}); };
+  NodePtr a = f(), b = f(), c = f(), c2 = f(), e = f();
+  DirNode::Listing before, after;
+  before.entries = {{"a", a}, {"b", b}, {"c", c}};
+  after.entries = {{"b", b}, {"c", c2}, {"d", f()}, {"e", e}};
+  CHECK(DirNode::changed_names(before, after) == std::vector<std::string>{"a", "c", "d", "e"});
+  CHECK(DirNode::changed_names(before, before).empty());
+  CHECK(DirNode::changed_names(DirNode::Listing{}, before) == std::vector<std::string>{"a", "b", "c"});
+  CHECK(DirNode::changed_names(after, DirNode::Listing{}) == std::vector<std::string>{"b", "c", "d", "e"});
+}
+
+TEST_CASE("a source directory follows its source: names added, removed, replaced, and nothing else",
+          "[vfs][revalidate]") {
+  const std::string d = tmpdir("vfs_reval");
+  ::mkdir((d + "/sub").c_str(), 0755);
+  ::mkdir((d + "/gone").c_str(), 0755);
+  write_file(d + "/a.h5", kSig + std::string(100, '\0'));
+  write_file(d + "/sub/inner.h5", kSig + std::string(100, '\0'));
+  write_file(d + "/notes.txt", "not hdf5");
+
+  Engine engine(small_engine());
+  VfsOptions o;
+  o.revalidate = 0.05;
+  Vfs fs(engine, o, d);
+  // A directory holding a file named MARK is shown by this factory's provider (as a run is).
+  fs.add_provider_factory([](const ProviderRequest& req) -> std::unique_ptr<DirProvider> {
+    if (req.kind != SourceKind::Directory || ::access((req.path + "/MARK").c_str(), F_OK) != 0) return nullptr;
+    static std::atomic<int> calls{0};
+    return std::make_unique<CountingProvider>(
+        std::vector<ChildEntry>{{"as_a_run", make_text_file([] { return std::string("r"); }, NodeMeta{})}}, calls);
+  });
+  RecordingListener heard;
+  fs.set_listener(&heard);
+  const uint64_t root = Vfs::kRootIno;
+
+  CHECK(names_of(fs, root) == std::set<std::string>{".h5direct", "a.h5", "gone", "sub"});
+  const uint64_t ino_a = fs.lookup(root, "a.h5").ino, ino_sub = fs.lookup(root, "sub").ino;
+  CHECK(fs.lookup(root, "a.h5").cache_limit == Approx(0.05));  // names below it are kept as long
+  CHECK(fs.getattr(root).cache_limit == Approx(0.05));
+  CHECK(names_of(fs, ino_sub) == std::set<std::string>{"inner.h5"});
+  past_interval();
+  CHECK(names_of(fs, root) == std::set<std::string>{".h5direct", "a.h5", "gone", "sub"});
+  CHECK(heard.take().empty());  // checked, nothing changed: no name is reported
+
+  // Added (a file, a directory), removed (a directory): one stat of the directory tells.
+  write_file(d + "/b.h5", kSig + std::string(100, '\0'));
+  ::mkdir((d + "/new").c_str(), 0755);
+  REQUIRE(::rmdir((d + "/gone").c_str()) == 0);
+  past_interval();
+  CHECK(names_of(fs, root) == std::set<std::string>{".h5direct", "a.h5", "b.h5", "new", "sub"});
+  using Heard = std::vector<std::pair<uint64_t, std::string>>;
+  CHECK(heard.take() == Heard{{root, "b.h5"}, {root, "gone"}, {root, "new"}});
+  // Entries that did not change keep their nodes: same inode, their own listing kept.
+  CHECK(fs.lookup(root, "a.h5").ino == ino_a);
+  CHECK(fs.lookup(root, "sub").ino == ino_sub);
+  CHECK_THROWS_AS(fs.lookup(root, "gone"), Error);
+
+  // Replaced by rename: the same name for another file is another node.
+  write_file(d + "/a.h5.tmp", kSig + std::string(200, '\0'));
+  REQUIRE(::rename((d + "/a.h5.tmp").c_str(), (d + "/a.h5").c_str()) == 0);
+  past_interval();
+  CHECK(names_of(fs, root).count("a.h5") == 1);
+  CHECK(fs.lookup(root, "a.h5").ino != ino_a);
+  CHECK(heard.take() == Heard{{root, "a.h5"}});
+
+  // Nested: the subdirectory checks itself.
+  ::unlink((d + "/sub/inner.h5").c_str());
+  past_interval();
+  CHECK(names_of(fs, ino_sub).empty());
+  CHECK(heard.take() == Heard{{ino_sub, "inner.h5"}});
+
+  // A file that gets its signature after it was listed (written in place: its directory's
+  // times do not change) shows once it has one.
+  write_file(d + "/late.h5", "");
+  past_interval();
+  CHECK(names_of(fs, root).count("late.h5") == 0);
+  past_interval();
+  CHECK(names_of(fs, root).count("late.h5") == 0);
+  heard.take();
+  {
+    const int fd = ::open((d + "/late.h5").c_str(), O_WRONLY);
+    REQUIRE(fd >= 0);
+    const std::string bytes = kSig + std::string(100, '\0');
+    REQUIRE(::pwrite(fd, bytes.data(), bytes.size(), 0) == ssize_t(bytes.size()));
+    ::close(fd);
+  }
+  past_interval();
+  CHECK(names_of(fs, root).count("late.h5") == 1);
+  CHECK(heard.take() == Heard{{root, "late.h5"}});
+
+  // A plain directory that a factory wants once it changed (cp -r makes a run's directory before
+  // its files) is shown by that factory's provider.
+  const uint64_t ino_new = fs.lookup(root, "new").ino;
+  CHECK(names_of(fs, ino_new).empty());
+  write_file(d + "/new/MARK", "");
+  past_interval();
+  CHECK(names_of(fs, ino_new) == std::set<std::string>{"as_a_run"});
+  CHECK(heard.take() == Heard{{ino_new, "as_a_run"}});
+}
+
+TEST_CASE("revalidate=0: a source directory is listed once", "[vfs][revalidate]") {
+  const std::string d = tmpdir("vfs_reval0");
+  write_file(d + "/a.h5", kSig + std::string(100, '\0'));
+  Engine engine(small_engine());
+  VfsOptions o;
+  o.revalidate = 0;
+  Vfs fs(engine, o, d);
+  RecordingListener heard;
+  fs.set_listener(&heard);
+  CHECK(names_of(fs, Vfs::kRootIno) == std::set<std::string>{".h5direct", "a.h5"});
+  CHECK(fs.lookup(Vfs::kRootIno, "a.h5").cache_limit < 0);
+  write_file(d + "/b.h5", kSig + std::string(100, '\0'));
+  past_interval();
+  CHECK(names_of(fs, Vfs::kRootIno) == std::set<std::string>{".h5direct", "a.h5"});
+  CHECK(heard.take().empty());
 }
