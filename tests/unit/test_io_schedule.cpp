@@ -1,0 +1,132 @@
+// The I/O path's decisions without a mount (docs/architecture.md, "The I/O path"): how large a
+// source request is, which chunks share one, how long runs are split, and how many workers one
+// file's tasks may hold (a file whose reads hang leaves the others their depth).
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "core/engine/engine.h"
+#include "core/engine/threadpool.h"
+#include "core/h5lib/h5file.h"
+#include "tests/support/h5fixture.h"
+
+using namespace h5d;
+using namespace h5d::test;
+
+TEST_CASE("a source request is the read spread over the I/O depth, within its bounds", "[core][io]") {
+  EngineOptions o;
+  o.threads = 2;
+  o.io_depth = 32;
+  Engine e(o);
+  CHECK(e.request_size(0) == Engine::kMinRequest);                       // never below a read-ahead window
+  CHECK(e.request_size(64ull << 20) == (2ull << 20));                     // 64 MiB over 32: one wave of 2 MiB
+  CHECK(e.request_size(uint64_t(32) << 40) == Engine::kMaxRequest);       // never above what GPFS overlaps
+  EngineOptions one = o;
+  one.io_depth = 1;
+  Engine e1(one);
+  CHECK(e1.request_size(8ull << 20) == (8ull << 20));                     // depth 1: the read in one request
+  CHECK(e1.request_size(1ull << 30) == Engine::kMaxRequest);
+}
+
+TEST_CASE("a file's tasks hold at most their share of the pool; another file's run meanwhile", "[core][io]") {
+  ThreadPool pool(4, 2);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<int> blocked{0}, most{0};
+  std::vector<std::function<void()>> hang;
+  for (int i = 0; i < 8; ++i)
+    hang.push_back([&] {
+      const int now = ++blocked;
+      for (int m = most.load(); now > m && !most.compare_exchange_weak(m, now);) {
+      }
+      std::unique_lock<std::mutex> lk(mu);
+      cv.wait(lk, [&] { return release; });
+      --blocked;
+    });
+  REQUIRE(pool.try_run_detached(std::move(hang), 64, /*key=*/1));
+  for (int i = 0; i < 200 && blocked.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(blocked.load() == 2);  // the hanging file holds its two workers, no more
+
+  // Another file's batch gets the other workers besides its caller.
+  std::set<std::thread::id> ran_on;
+  std::vector<std::function<void()>> other;
+  for (int i = 0; i < 16; ++i)
+    other.push_back([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      std::lock_guard<std::mutex> lk(mu);
+      ran_on.insert(std::this_thread::get_id());
+    });
+  pool.run_all(other, /*key=*/2);
+  CHECK(ran_on.size() >= 2);
+  CHECK(ran_on.count(std::this_thread::get_id()) == 1);
+  CHECK(most.load() == 2);
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    release = true;
+  }
+  cv.notify_all();
+}
+
+namespace {
+uint64_t requests_for_full_read(const std::string& path, unsigned depth, std::vector<uint8_t>& got, Stats** st,
+                                std::unique_ptr<Engine>& e) {
+  EngineOptions o;
+  o.threads = 2;
+  o.io_depth = depth;
+  e = std::make_unique<Engine>(o);
+  auto a = e->open_file(path)->dataset_array("/d");
+  got.assign(a->nbytes(), 0);
+  const uint64_t before = e->stats().source_requests.load();
+  e->read_bytes(*a, 0, got.size(), got.data());
+  *st = &e->stats();
+  return e->stats().source_requests.load() - before;
+}
+}  // namespace
+
+TEST_CASE("adjacent compressed chunks share a request as the depth allows, bytes unchanged", "[core][io]") {
+  FileSpec f;
+  f.path = scratch_path("io_merge.h5");
+  DsetSpec d;
+  d.dims = {256, 16384};  // 256 chunks of 32 KiB, written one after another
+  d.chunks = {1, 16384};
+  d.shuffle = d.deflate = true;
+  write_dataset(f, d, 9);
+  const auto oracle = h5_read_all(f.path, "/d");
+  std::vector<uint8_t> got;
+  Stats* st = nullptr;
+  std::unique_ptr<Engine> e;
+  // Depth 1: the whole read is one request's worth, capped by the scratch request size.
+  const uint64_t deep1 = requests_for_full_read(f.path, 1, got, &st, e);
+  CHECK(got == oracle);
+  CHECK(st->merged_requests.load() > 0);
+  CHECK(deep1 < 256 / 4);
+  // Depth 1024: every chunk is its own request, all in flight at once.
+  const uint64_t deep = requests_for_full_read(f.path, 1024, got, &st, e);
+  CHECK(got == oracle);
+  CHECK(deep > deep1);
+}
+
+TEST_CASE("a long contiguous run is split into requests spread over the depth", "[core][io]") {
+  FileSpec f;
+  f.path = scratch_path("io_split.h5");
+  DsetSpec d;
+  d.layout = "contiguous";
+  d.dims = {1024, 4096};  // 8 MiB of uint16
+  write_dataset(f, d, 3);
+  const auto oracle = h5_read_all(f.path, "/d");
+  std::vector<uint8_t> got;
+  Stats* st = nullptr;
+  std::unique_ptr<Engine> e;
+  CHECK(requests_for_full_read(f.path, 1, got, &st, e) == 1);    // 8 MiB <= the largest request
+  CHECK(got == oracle);
+  CHECK(requests_for_full_read(f.path, 16, got, &st, e) == 16);  // 512 KiB each
+  CHECK(got == oracle);
+  CHECK(requests_for_full_read(f.path, 1024, got, &st, e) == 64);  // never below 128 KiB
+  CHECK(got == oracle);
+}
