@@ -18,7 +18,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace {
@@ -51,6 +54,10 @@ struct Options {
   long readahead_kb = -1;  // -1: the kernel's default
   bool keep_cache = true;
   bool allow_other = false;
+  // Reads starting at or past hang_from in files named `hang` never finish (until unmount): data
+  // on tape behind dCache, a stuck server. The metadata before hang_from stays readable.
+  std::string hang;
+  uint64_t hang_from = 0;
 };
 
 const char* kUsage =
@@ -66,6 +73,9 @@ const char* kUsage =
     "  --threads N          requests served at once (default 128)\n"
     "  --readahead-kb K     the mount's read-ahead (kernel default 128 KiB; above that needs root)\n"
     "  --meta-latency-ms M  delay of lookup, getattr and open (default 0)\n"
+    "  --hang NAME[:OFFSET] reads of files named NAME (in any directory) starting at or past OFFSET\n"
+    "                       (default 0) never return until the filesystem is unmounted: data on\n"
+    "                       tape behind dCache, a stuck server\n"
     "  --no-keep-cache      drop a file's page cache at each open (default: keep it across opens)\n"
     "  --allow-other        let other users read the mount\n"
     "Counters: cat MOUNTPOINT/.slowfs_stats (JSON); MOUNTPOINT/.slowfs_stats_reset also zeroes them.\n";
@@ -104,6 +114,16 @@ std::string parse_args(int argc, char** argv, Options& o) {
       err = value(o.aggregate_mbs);
     } else if (a == "--meta-latency-ms") {
       err = value(o.meta_latency_ms);
+    } else if (a == "--hang") {
+      if (i + 1 >= argc) {
+        err = "--hang needs NAME[:OFFSET]";
+      } else {
+        std::string h = argv[++i];
+        const size_t colon = h.rfind(':');
+        o.hang = h.substr(0, colon);
+        if (colon != std::string::npos) o.hang_from = std::strtoull(h.c_str() + colon + 1, nullptr, 10);
+        if (o.hang.empty()) err = "--hang needs NAME[:OFFSET]";
+      }
     } else if (a == "--threads") {
       err = value(v);
       if (err.empty() && (v < 1 || v > 4096 || v != static_cast<unsigned>(v))) err = "--threads must be 1-4096";
@@ -164,10 +184,10 @@ void atomic_max(std::atomic<uint64_t>& a, uint64_t v) {
 struct Counters {
   std::atomic<uint64_t> reads{0}, bytes{0}, bytes_requested{0}, read_errors{0};
   std::atomic<uint64_t> max_in_flight{0}, max_request_bytes{0}, emulated_ns{0};
-  std::atomic<uint64_t> lookups{0}, getattrs{0}, opens{0}, readdirs{0};
+  std::atomic<uint64_t> lookups{0}, getattrs{0}, opens{0}, readdirs{0}, hung{0};
   void reset() {
     for (auto* c : {&reads, &bytes, &bytes_requested, &read_errors, &max_in_flight, &max_request_bytes,
-                    &emulated_ns, &lookups, &getattrs, &opens, &readdirs})
+                    &emulated_ns, &lookups, &getattrs, &opens, &readdirs, &hung})
       c->store(0);
   }
 };
@@ -181,6 +201,13 @@ struct State {
   double agg_ns_per_byte = 0.0;  // aggregate cap
   std::mutex agg_mu;
   int64_t agg_next_free = 0;  // when the shared pipe is next free (virtual time)
+  // --hang: the descriptors of the files whose reads hang; the workers serving such reads wait
+  // here until the loop ends (libfuse cancels its workers then).
+  std::mutex hang_mu;
+  std::condition_variable hang_cv;
+  std::unordered_set<int> hang_fds;
+  bool stopping = false;
+  fuse_session* se = nullptr;
 
   std::mutex nodes_mu;
   std::vector<Node> nodes;  // index = ino - kFirstIno; never freed (ids stable per mount)
@@ -229,11 +256,11 @@ std::string stats_json(bool reset) {
                 "{\"reads\": %llu, \"bytes\": %llu, \"bytes_requested\": %llu, \"read_errors\": %llu, "
                 "\"max_in_flight\": %llu, \"in_flight\": %llu, \"max_request_bytes\": %llu, "
                 "\"emulated_s\": %.6f, \"lookups\": %llu, \"getattrs\": %llu, \"opens\": %llu, "
-                "\"readdirs\": %llu, \"latency_ms\": %g, \"bandwidth_mbs\": %g, \"aggregate_mbs\": %g, "
+                "\"readdirs\": %llu, \"hung\": %llu, \"latency_ms\": %g, \"bandwidth_mbs\": %g, \"aggregate_mbs\": %g, "
                 "\"meta_latency_ms\": %g, \"threads\": %u, \"readahead_kb\": %ld, \"keep_cache\": %s}\n",
                 ld(g.c.reads), ld(g.c.bytes), ld(g.c.bytes_requested), ld(g.c.read_errors), ld(g.c.max_in_flight),
                 ld(g.in_flight), ld(g.c.max_request_bytes), double(g.c.emulated_ns.load()) / 1e9, ld(g.c.lookups),
-                ld(g.c.getattrs), ld(g.c.opens), ld(g.c.readdirs), g.opt.latency_ms, g.opt.bandwidth_mbs,
+                ld(g.c.getattrs), ld(g.c.opens), ld(g.c.readdirs), ld(g.c.hung), g.opt.latency_ms, g.opt.bandwidth_mbs,
                 g.opt.aggregate_mbs, g.opt.meta_latency_ms, g.opt.threads, g.opt.readahead_kb,
                 g.opt.keep_cache ? "true" : "false");
   if (reset) g.c.reset();
@@ -355,6 +382,13 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   const int fd = ::openat(g.src_fd, path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) return (void)fuse_reply_err(req, errno);
   fi->fh = static_cast<uint64_t>(fd);
+  if (!g.opt.hang.empty()) {
+    const size_t slash = path.rfind('/');
+    if (path.compare(slash == std::string::npos ? 0 : slash + 1, std::string::npos, g.opt.hang) == 0) {
+      std::lock_guard<std::mutex> lk(g.hang_mu);
+      g.hang_fds.insert(fd);
+    }
+  }
   fi->keep_cache = g.opt.keep_cache ? 1 : 0;
   if (fuse_reply_open(req, fi) != 0) ::close(fd);  // the open was interrupted
 }
@@ -362,8 +396,13 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (ino == kStatsIno || ino == kStatsResetIno)
     delete reinterpret_cast<std::string*>(fi->fh);
-  else
+  else {
+    if (!g.opt.hang.empty()) {
+      std::lock_guard<std::mutex> lk(g.hang_mu);
+      g.hang_fds.erase(static_cast<int>(fi->fh));
+    }
     ::close(static_cast<int>(fi->fh));
+  }
   fuse_reply_err(req, 0);
 }
 
@@ -376,6 +415,20 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
     const std::string& s = *reinterpret_cast<std::string*>(fi->fh);
     const size_t start = off < 0 ? s.size() : std::min(s.size(), static_cast<size_t>(off));
     return (void)fuse_reply_buf(req, s.data() + start, std::min(size, s.size() - start));
+  }
+  if (!g.opt.hang.empty() && static_cast<uint64_t>(off) >= g.opt.hang_from) {
+    bool hangs;
+    {
+      std::lock_guard<std::mutex> lk(g.hang_mu);
+      hangs = g.hang_fds.count(static_cast<int>(fi->fh)) > 0;
+    }
+    if (hangs) {
+      g.c.hung++;
+      // Until the session ends (unmount, SIGTERM): then the loop joins its workers, so they stop.
+      std::unique_lock<std::mutex> lk(g.hang_mu);
+      while (!g.stopping && !fuse_session_exited(g.se)) g.hang_cv.wait_for(lk, std::chrono::milliseconds(100));
+      return (void)fuse_reply_err(req, EIO);
+    }
   }
   const int64_t arrival = now_ns();
   const uint64_t depth = ++g.in_flight;
@@ -597,6 +650,7 @@ int main(int argc, char** argv) {
   fuse_loop_cfg_set_clone_fd(cfg, 0);
   fuse_loop_cfg_set_max_threads(cfg, g.opt.threads);
   fuse_loop_cfg_set_idle_threads(cfg, g.opt.threads);  // keep them: no thread start per request
+  g.se = se;
   int rc = fuse_session_loop_mt(se, cfg);
   if (rc == -ECONNABORTED) rc = 0;  // the kernel ended the connection (unmounted) mid-read
   fuse_loop_cfg_destroy(cfg);

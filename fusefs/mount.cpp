@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <spawn.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
@@ -358,6 +359,12 @@ std::atomic<fuse_session*> g_session{nullptr};
 std::atomic<int> g_signals{0};
 int g_signal_pipe[2] = {-1, -1};
 
+// The byte a second signal sends the watcher: end the process if the loop has not ended within
+// kStopGrace (its threads may wait on a source that never answers: data on tape, a hung server;
+// such a pread ends only with the process).
+constexpr char kArmStop = 1;
+constexpr auto kStopGrace = std::chrono::seconds(5);
+
 void on_signal(int sig) {
   const int n = g_signals.fetch_add(1);
   if (n == 0 && vfs::OpenFile::live() > 0) {
@@ -365,6 +372,12 @@ void on_signal(int sig) {
     if (::write(g_signal_pipe[1], &c, 1) == 1) return;  // the watcher detaches the mount
   }
   if (fuse_session* se = g_session.load()) fuse_session_exit(se);
+  if (n >= 1) {
+    const char c = kArmStop;
+    if (::write(g_signal_pipe[1], &c, 1) != 1) {
+      // The watcher cannot hear: the loop ends as it can.
+    }
+  }
 }
 
 bool install_signal_handlers(fuse_session* se) {
@@ -408,6 +421,22 @@ void signal_watcher(const std::string& mnt) {
     const ssize_t n = ::read(g_signal_pipe[0], &c, 1);
     if (n < 0 && errno == EINTR) continue;
     if (n != 1 || c == 0) return;  // closed, or told to stop
+    if (c == kArmStop) {
+      // A second signal: the loop is ending. Threads waiting on a source that never answers keep
+      // it from ending (the session joins its workers, the engine its pool); after kStopGrace
+      // the process ends with them, so SIGTERM always ends the daemon.
+      pollfd p{g_signal_pipe[0], POLLIN, 0};
+      const int ready = ::poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kStopGrace).count()));
+      if (ready > 0) {
+        char d;
+        if (::read(g_signal_pipe[0], &d, 1) == 1 && d == 0) return;  // ended in time
+        continue;
+      }
+      log::error("still stopping " + std::to_string(std::chrono::seconds(kStopGrace).count()) +
+                 " s after the second signal: some reads wait on a source that does not answer (data on "
+                 "tape, a hung server); ending the process");
+      ::_exit(1);
+    }
     const int64_t open = vfs::OpenFile::live();
     log::warn(std::string(strsignal(c)) + " with " + std::to_string(open) + " file" + (open == 1 ? "" : "s") +
               " open or mapped under " + mnt + ": detaching the mount (lazy unmount). Readers of "
@@ -579,12 +608,17 @@ int run_mount(int argc, char** argv) {
     }
     fuse_session_unmount(se.get());
     remove_signal_handlers();
-    const char stop = 0;
-    if (::write(g_signal_pipe[1], &stop, 1) != 1) log::warn("cannot stop the signal watcher");
-    watcher.join();
     se.reset();
     ctx.handles.clear();  // files and directories still open when the session ended
     ctx.vfs = nullptr;
+    // The engine joins its pool, whose workers may wait on a source that never answers: the
+    // watcher, armed by a second signal, ends the process if this takes too long.
+    fs.reset();
+    writer.reset();
+    engine.reset();
+    const char stop = 0;
+    if (::write(g_signal_pipe[1], &stop, 1) != 1) log::warn("cannot stop the signal watcher");
+    watcher.join();
   }
   log::info("unmounted " + m.mountpoint);
   return status;
