@@ -77,17 +77,19 @@ SequentialPrefetcher::Range SequentialPrefetcher::on_read(uint64_t off, uint64_t
   // then leaves at most as much decoded for nobody as it read, while a long stream still
   // reaches the full window after a few doublings (cold storage: the more it has read, the
   // more requests it keeps in flight).
-  st->window = std::min(st->window, std::max(cfg_.initial, st->cursor - st->lo));
+  const uint64_t window = std::min(st->window, std::max(cfg_.initial, st->cursor - st->lo));
   if (st->dir == Direction::Forward) {
     st->frontier = std::max(st->frontier, st->cursor);
-    if (st->frontier >= file_size || st->frontier >= st->cursor + st->window / 2) return {};
-    const uint64_t target = std::min(st->cursor + st->window, file_size);
+    if (st->frontier >= file_size || st->frontier >= st->cursor + window / 2) return {};
+    const uint64_t target = std::min(st->cursor + window, file_size);
+    if (target <= st->frontier) return {};
     r = {st->frontier, target - st->frontier};
     st->frontier = target;
   } else {
     st->frontier = std::min(st->frontier, st->lo);
-    if (st->frontier == 0 || st->frontier + st->window / 2 <= st->lo) return {};
-    const uint64_t target = st->lo > st->window ? st->lo - st->window : 0;
+    if (st->frontier == 0 || st->frontier + window / 2 <= st->lo) return {};
+    const uint64_t target = st->lo > window ? st->lo - window : 0;
+    if (target >= st->frontier) return {};
     r = {target, st->frontier - target};
     st->frontier = target;
   }

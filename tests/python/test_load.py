@@ -24,11 +24,17 @@ DECODE_THREADS = 2  # -o threads
 # decode threads, each keeps its buffers for its life): the reply buffer (up to the largest
 # FUSE read, 1 MiB), the stored chunk and the filter scratch (2 x the largest chunk, 256 KiB
 # here), libfuse's request buffer (1 MiB + 4 KiB, touched only as far as a request fills it).
+# The read pool's workers (2 x max(io_depth, threads)) each keep a stored chunk and a filter
+# scratch (2 x the largest chunk) and may hold a merged request and a read-ahead piece (at most
+# 1 MiB each, Engine::kMaxScratchRequest).
+IO_DEPTH = 8
 LARGEST_READ = 1 << 20
 LARGEST_CHUNK = 32 * 4096 * 2
 FIXED = 32 << 20
 PER_THREAD = LARGEST_READ + 2 * LARGEST_CHUNK + (1 << 20) + 4096
-BOUND = CACHE + FIXED + (MAX_THREADS + DECODE_THREADS) * PER_THREAD
+POOL = 2 * max(IO_DEPTH, DECODE_THREADS)
+PER_WORKER = 2 * LARGEST_CHUNK + 2 * (1 << 20)
+BOUND = CACHE + FIXED + MAX_THREADS * PER_THREAD + POOL * PER_WORKER
 
 
 def _make(d, i):
@@ -86,7 +92,7 @@ def _reader(mnt, files, seed, deadline, q):
 def test_many_processes_random_ranges_small_cache(mount, readers):
     d = tl.make_tmpdir('load-')
     files = [_make(d, i) for i in range(NFILES)]
-    m = mount(d, f'cache_size={CACHE},max_open_files=16,max_threads={MAX_THREADS},threads={DECODE_THREADS}')
+    m = mount(d, f'cache_size={CACHE},max_open_files=16,max_threads={MAX_THREADS},threads={DECODE_THREADS},io_depth={IO_DEPTH}')
     deadline = time.monotonic() + DURATION
     q = mp.get_context('fork').Queue()
     procs = [mp.get_context('fork').Process(target=_reader, args=(m.mnt, files, 100 + i, deadline, q))
