@@ -210,13 +210,18 @@ std::vector<LinkEntry> H5File::list_group(const std::string& group_path) {
     h5::fail_h5(EIO, path_ + ":" + group_path + ": cannot list group");
   // The groups on the way here, by (file, object address): a hard, soft or external link back
   // to one of them would make an endless tree.
-  std::vector<std::pair<unsigned long, haddr_t>> ancestors;
+  struct Ancestor {
+    unsigned long fileno;
+    haddr_t addr;
+    std::string path;
+  };
+  std::vector<Ancestor> ancestors;  // the root first
   for (size_t pos = 1; pos <= group_path.size(); ++pos) {
     if (pos != 1 && pos != group_path.size() && group_path[pos] != '/') continue;
     const std::string prefix = pos == 1 ? "/" : group_path.substr(0, pos);
     H5O_info_t oi;
     if (H5Oget_info_by_name2(fid, prefix.c_str(), &oi, H5O_INFO_BASIC, H5P_DEFAULT) >= 0)
-      ancestors.emplace_back(oi.fileno, oi.addr);
+      ancestors.push_back({oi.fileno, oi.addr, prefix});
   }
   H5Eclear2(H5E_DEFAULT);
   std::vector<LinkEntry> out;
@@ -236,10 +241,11 @@ std::vector<LinkEntry> H5File::list_group(const std::string& group_path) {
       }
       continue;
     }
-    if (oinfo.type == H5O_TYPE_GROUP &&
-        std::find(ancestors.begin(), ancestors.end(), std::make_pair(oinfo.fileno, oinfo.addr)) != ancestors.end()) {
-      log::info(path_ + ":" + join_h5(group_path, name) + ": left out, a link back to a group above it");
-      continue;
+    if (oinfo.type == H5O_TYPE_GROUP) {  // the nearest one, should a path pass a group twice
+      auto up = std::find_if(ancestors.rbegin(), ancestors.rend(), [&](const Ancestor& a) {
+        return a.fileno == oinfo.fileno && a.addr == oinfo.addr;
+      });
+      if (up != ancestors.rend()) e.ancestor = up->path;
     }
     e.kind = oinfo.type == H5O_TYPE_GROUP ? ObjectKind::Group
              : oinfo.type == H5O_TYPE_DATASET ? ObjectKind::Dataset : ObjectKind::Other;

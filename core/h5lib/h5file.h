@@ -36,6 +36,10 @@ struct LinkEntry {
   // when the link's file name resolves to one); empty for members of this file. Reading the
   // member needs read access to that file too (vfs, check_access).
   std::string file;
+  // A link back to a group on the way to the listed one (the listed group included: a group
+  // holding a link to itself): that group's path. The tree shows it as a symbolic link up to
+  // that group's directory (an endless tree otherwise). Empty for every other member.
+  std::string ancestor;
 };
 
 // A regular hyperslab selection (or "all" when is_all). count/block may be ~0 (unlimited).
@@ -108,7 +112,7 @@ class H5File : public std::enable_shared_from_this<H5File> {
   const FileIdentity& identity() const { return identity_; }
 
   // Members of a group, sorted by name; soft and external links followed, dangling ones left
-  // out. Throws Error(ENOENT) when group_path is not a group.
+  // out; links back to a group on the way there named as such (LinkEntry::ancestor). Throws Error(ENOENT) when group_path is not a group.
   std::vector<LinkEntry> list_group(const std::string& group_path);
   ObjectKind kind_of(const std::string& path);  // Other when missing
   std::vector<std::pair<std::string, Value>> attributes(const std::string& object_path);

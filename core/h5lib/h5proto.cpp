@@ -285,6 +285,7 @@ void put(Out& o, const LinkEntry& e) {
   put(o, e.kind);
   o.str(e.soft_target);
   o.str(e.file);
+  o.str(e.ancestor);
 }
 
 void get(In& in, LinkEntry& e) {
@@ -292,6 +293,7 @@ void get(In& in, LinkEntry& e) {
   get(in, e.kind);
   e.soft_target = in.str();
   e.file = in.str();
+  e.ancestor = in.str();
 }
 
 void put(Out& o, const DatasetInfo& d) {
