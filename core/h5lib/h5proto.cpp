@@ -37,6 +37,8 @@ const char* op_name(Op op) {
     case Op::WriteFlush: return "flush (H5Fflush)";
     case Op::WriteCloseFile: return "close_file (H5Fclose)";
     case Op::DatasetInfos: return "dataset_infos";
+    case Op::AttributeNames: return "attribute_names";
+    case Op::Attribute: return "attribute";
   }
   return "?";
 }
