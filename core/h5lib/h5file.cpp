@@ -331,6 +331,24 @@ ObjectKind H5File::kind_of(const std::string& path) {
          : oinfo.type == H5O_TYPE_DATASET ? ObjectKind::Dataset : ObjectKind::Other;
 }
 
+namespace {
+std::function<void(const std::string&)>& attribute_hook() {
+  static std::function<void(const std::string&)> hook;
+  return hook;
+}
+
+// One attribute of the open object `obj` of `file`, by name; caller holds the HDF5 lock.
+Value read_attribute(hid_t obj, const std::string& file, const std::string& name) {
+  if (attribute_hook()) attribute_hook()(file + "@" + name);
+  h5::Handle a(H5Aopen_by_name(obj, ".", name.c_str(), H5P_DEFAULT, H5P_DEFAULT));
+  Value v = a ? h5::read_value(a.get(), true, 10000) : Value::string("unreadable: " + h5::error_stack());
+  H5Eclear2(H5E_DEFAULT);
+  return v;
+}
+}  // namespace
+
+void H5File::set_attribute_hook(std::function<void(const std::string&)> hook) { attribute_hook() = std::move(hook); }
+
 std::vector<std::pair<std::string, Value>> H5File::attributes(const std::string& object_path) {
   if (HelperPool* hp = engine_.helpers()) {
     // One request, the common path. An attribute that breaks the helper (tattr2.h5: libhdf5
@@ -365,8 +383,12 @@ std::vector<std::pair<std::string, Value>> H5File::attributes(const std::string&
     }
     return out;
   }
+  const std::vector<std::string> names = attribute_names(object_path);
   std::vector<std::pair<std::string, Value>> out;
-  for (const std::string& name : attribute_names(object_path)) out.emplace_back(name, attribute(object_path, name));
+  if (names.empty()) return out;
+  h5::Lock lk = h5::lock();
+  h5::Handle obj = open_object(handle(), path_, object_path);
+  for (const std::string& name : names) out.emplace_back(name, read_attribute(obj.get(), path_, name));
   return out;
 }
 
@@ -413,27 +435,12 @@ std::vector<std::string> H5File::attribute_names(const std::string& object_path)
   return names;
 }
 
-namespace {
-std::function<void(const std::string&)>& attribute_hook() {
-  static std::function<void(const std::string&)> hook;
-  return hook;
-}
-}  // namespace
-
-void H5File::set_attribute_hook(std::function<void(const std::string&)> hook) { attribute_hook() = std::move(hook); }
-
 Value H5File::attribute(const std::string& object_path, const std::string& name) {
   if (HelperPool* hp = engine_.helpers())
     return helper::call<Value>(*hp, proto::Op::Attribute, path_, object_path, object_path, name);
-  if (attribute_hook()) attribute_hook()(path_ + "@" + name);
   h5::Lock lk = h5::lock();
-  hid_t fid = handle();
-  h5::Handle obj = open_object(fid, path_, object_path);
-  h5::Handle a(H5Aopen_by_name(obj.get(), ".", name.c_str(), H5P_DEFAULT, H5P_DEFAULT));
-  if (!a) return Value::string("unreadable: " + h5::error_stack());
-  Value v = h5::read_value(a.get(), true, 10000);
-  H5Eclear2(H5E_DEFAULT);
-  return v;
+  h5::Handle obj = open_object(handle(), path_, object_path);
+  return read_attribute(obj.get(), path_, name);
 }
 
 Value H5File::read_value(const std::string& dset_path, uint64_t max_elements) {
