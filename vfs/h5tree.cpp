@@ -122,6 +122,23 @@ constexpr int64_t kTickNs = 50'000'000;
 constexpr int64_t kPendingNs = int64_t(600) * 1000000000;
 constexpr size_t kPendingMax = 256;
 
+// The relative symlink target from the directory of group `group` to that of `ancestor`, a
+// group on its path ("/" or a prefix ending at a '/'; `group` itself gives "."): one ".." per
+// level between them. "" when `ancestor` is not such a group.
+std::string ancestor_target(const std::string& group, const std::string& ancestor) {
+  auto depth = [](const std::string& p) {
+    return p == "/" ? size_t(0) : static_cast<size_t>(std::count(p.begin(), p.end(), '/'));
+  };
+  const bool on_path = ancestor == "/" ||
+                       (group.compare(0, ancestor.size(), ancestor) == 0 &&
+                        (group.size() == ancestor.size() || group[ancestor.size()] == '/'));
+  if (ancestor.empty() || ancestor[0] != '/' || !on_path || (ancestor.size() > 1 && ancestor.back() == '/'))
+    return "";
+  std::string out;
+  for (size_t i = depth(ancestor); i < depth(group); ++i) out += out.empty() ? ".." : "/..";
+  return out.empty() ? "." : out;
+}
+
 class PlainDirProvider final : public DirProvider {
  public:
   PlainDirProvider(const TreeContext& ctx, std::string path, DirChainPtr chain)
@@ -399,6 +416,20 @@ class GroupProvider final : public DirProvider {
     std::set<std::string> taken;
     for (const auto& m : members) {
       if (m.kind != ObjectKind::Group) continue;
+      if (!m.ancestor.empty()) {
+        // A link back to a group on the way here (tloop.h5's /g1/g1.1/g2.1 -> /g1): a relative
+        // symbolic link up to that group's directory, as a file system shows such a loop (ls
+        // shows it, find does not follow it, realpath leads to the group within the mount).
+        const std::string up = ancestor_target(group_, m.ancestor);
+        if (up.empty()) {
+          log::warn(file_ + ":" + join(group_, m.name) + ": left out, said to lead back to " + m.ancestor +
+                    ", which is not a group above it");
+          continue;
+        }
+        out.push_back({m.name, std::make_shared<SymlinkNode>(with_perm(dmeta_, 0777), up)});
+        taken.insert(m.name);
+        continue;
+      }
       // A group behind an external link: everything below it is read from that file as well.
       const std::vector<std::string> other = m.file.empty() ? std::vector<std::string>{} : std::vector<std::string>{m.file};
       out.push_back({m.name, make_group_node(ctx_, file_, join(group_, m.name), with_also(dmeta_, other),

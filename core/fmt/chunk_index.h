@@ -74,6 +74,16 @@ struct LayoutInfo {
 // H5Oget_info returns it) following continuation blocks, for object header v1 and v2.
 LayoutInfo read_layout(const ByteSource& src, const FileGeometry& geo, uint64_t ohdr_addr);
 
+// The names of the attributes stored in the object header at `ohdr_addr` (attribute messages,
+// read without decoding their types), sorted as libhdf5's name index sorts them. `complete` is
+// false when the object has attributes stored elsewhere (dense storage, shared messages):
+// those are not among `names`. Throws (Error EIO) on a damaged header.
+struct AttributeNames {
+  std::vector<std::string> names;
+  bool complete = true;
+};
+AttributeNames read_attribute_names(const ByteSource& src, const FileGeometry& geo, uint64_t ohdr_addr);
+
 struct ChunkLoc {
   uint64_t addr = kUndefAddr;  // absolute file offset (base added); kUndefAddr = not allocated
   uint64_t size = 0;           // stored bytes

@@ -3,6 +3,9 @@
 // Layout Message" (type 0x0008) and IV.A.2.q "Object Header Continuation Message" (0x0010)).
 // read_layout walks the header's chunks (the first one plus continuation blocks, v1 plain or v2
 // 'OCHK') until it finds the layout message and decodes versions 1-4 of it.
+#include <algorithm>
+#include <cstring>
+#include <functional>
 #include <set>
 
 #include "core/fmt/chunk_index.h"
@@ -27,7 +30,9 @@ const char* index_type_name(ChunkIndexType t) {
 namespace {
 
 constexpr uint16_t kMsgLayout = 0x0008;
+constexpr uint16_t kMsgAttribute = 0x000C;
 constexpr uint16_t kMsgContinuation = 0x0010;
+constexpr uint16_t kMsgAttributeInfo = 0x0015;
 constexpr size_t kMaxHeaderBlocks = 4096;        // chunks of one object header
 constexpr uint64_t kMaxHeaderBlockSize = 1u << 26;  // 64 MiB: far above anything HDF5 writes
 constexpr unsigned kMaxRank = 32;                // H5S_MAX_RANK
@@ -166,14 +171,17 @@ struct Block {
   uint64_t len;
 };
 
-// Scans the messages of one header chunk. Returns true (and fills `out`) once the layout
-// message is found; continuation targets are appended to `pending`.
+// Walks the messages of an object header (its first chunk, then continuation blocks), handing
+// each one but continuations to `visit`, until `visit` returns true (found) or none is left.
 class HeaderWalker {
  public:
-  HeaderWalker(const ByteSource& src, const FileGeometry& geo)
-      : src_(src), geo_(geo), budget_(2 * src.size() + 4096) {}
+  // Returns true when done (the walk stops).
+  using Visit = std::function<bool(uint16_t type, uint8_t flags, const Where& w, const uint8_t* data, size_t n)>;
+  HeaderWalker(const ByteSource& src, const FileGeometry& geo, Visit visit)
+      : src_(src), geo_(geo), visit_(std::move(visit)), budget_(2 * src.size() + 4096) {}
 
-  LayoutInfo run(uint64_t ohdr_abs) {
+  // True when `visit` said it was done.
+  bool run(uint64_t ohdr_abs) {
     Where w{&src_, "object header", ohdr_abs};
     uint8_t sig[4] = {0, 0, 0, 0};
     if (ohdr_abs == kUndefAddr || ohdr_abs >= src_.size()) fail_at(w, "address beyond the end of the file");
@@ -200,8 +208,7 @@ class HeaderWalker {
         scan(cw, buf.data(), buf.size(), 0);
       }
     }
-    if (!found_) fail_at(w, "no data layout message");
-    return layout_;
+    return found_;
   }
 
  private:
@@ -251,28 +258,29 @@ class HeaderWalker {
     while (c.remaining() >= hdr && !found_) {
       uint16_t type;
       uint16_t size;
+      uint8_t flags;
       if (v2_) {
         type = c.u8();
         size = c.u16();
-        c.u8();  // flags
+        flags = c.u8();
         if (creation_order_) c.u16();
       } else {
         type = c.u16();
         size = c.u16();
-        c.skip(4);  // flags, reserved
+        flags = c.u8();
+        c.skip(3);  // reserved
       }
       c.need(size);
       const uint8_t* data = c.here();
       Where mw{&src_, type == kMsgLayout ? "data layout message" : "object header message",
                w.addr + static_cast<uint64_t>(data - buf)};
-      if (type == kMsgLayout) {
-        layout_ = decode_layout(mw, geo_, data, size);
-        found_ = true;
-      } else if (type == kMsgContinuation) {
+      if (type == kMsgContinuation) {
         Cursor m(mw, geo_, data, size);
         const uint64_t addr = m.addr();
         const uint64_t len = m.length();
         pending_.push_back({addr, len});
+      } else if (visit_(type, flags, mw, data, size)) {
+        found_ = true;
       }
       c.skip(size);
     }
@@ -280,10 +288,10 @@ class HeaderWalker {
 
   const ByteSource& src_;
   const FileGeometry& geo_;
+  Visit visit_;
   bool v2_ = false;
   bool creation_order_ = false;
   bool found_ = false;
-  LayoutInfo layout_;
   std::vector<Block> pending_;
   std::set<uint64_t> visited_;
   size_t nblocks_ = 0;
@@ -296,7 +304,54 @@ LayoutInfo read_layout(const ByteSource& src, const FileGeometry& geo, uint64_t 
   check_geometry(src, geo);
   Where w{&src, "object header", ohdr_addr};
   const uint64_t abs = to_absolute(w, geo, ohdr_addr);
-  return HeaderWalker(src, geo).run(abs);
+  LayoutInfo layout;
+  HeaderWalker walk(src, geo, [&](uint16_t type, uint8_t, const Where& mw, const uint8_t* data, size_t n) {
+    if (type != kMsgLayout) return false;
+    layout = decode_layout(mw, geo, data, n);
+    return true;
+  });
+  if (!walk.run(abs)) fail_at(w, "no data layout message");
+  return layout;
+}
+
+AttributeNames read_attribute_names(const ByteSource& src, const FileGeometry& geo, uint64_t ohdr_addr) {
+  check_geometry(src, geo);
+  Where w{&src, "object header", ohdr_addr};
+  const uint64_t abs = to_absolute(w, geo, ohdr_addr);
+  AttributeNames out;
+  HeaderWalker walk(src, geo, [&](uint16_t type, uint8_t flags, const Where& mw, const uint8_t* data, size_t n) {
+    Cursor c(mw, geo, data, n);
+    if (type == kMsgAttributeInfo) {  // version, flags, [max creation index], fractal heap address
+      c.u8();
+      const unsigned f = c.u8();
+      if (f & 1) c.u16();
+      if (c.addr() != kUndefAddr) out.complete = false;  // dense storage: names in a fractal heap
+    } else if (type == kMsgAttribute) {
+      if (flags & 0x02) {  // shared: the message is a reference to it elsewhere
+        out.complete = false;
+        return false;
+      }
+      // version, reserved or flags, name size (with its NUL), datatype size, dataspace size,
+      // [encoding, version 3], the name (padded to 8 bytes in version 1).
+      const unsigned version = c.u8();
+      if (version < 1 || version > 3) fail_at(mw, "unknown attribute message version " + std::to_string(version));
+      c.u8();
+      const uint16_t name_size = c.u16();
+      c.u16();
+      c.u16();
+      if (version == 3) c.u8();
+      if (name_size == 0) fail_at(mw, "attribute name of size 0");
+      c.need(name_size);
+      const char* p = reinterpret_cast<const char*>(c.here());
+      const size_t len = strnlen(p, name_size);
+      if (len + 1 != name_size) fail_at(mw, "attribute name not terminated where its size says");
+      out.names.emplace_back(p, len);
+    }
+    return false;
+  });
+  walk.run(abs);
+  std::sort(out.names.begin(), out.names.end());  // libhdf5's name order (strcmp)
+  return out;
 }
 
 }  // namespace h5d::fmt

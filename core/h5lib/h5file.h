@@ -3,6 +3,7 @@
 // In a process with HDF5 helpers (Engine::helpers(), the daemon) every method that needs
 // libhdf5 asks a helper instead (h5helper.h); the helper runs these same methods in process.
 #pragma once
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <map>
@@ -36,6 +37,10 @@ struct LinkEntry {
   // when the link's file name resolves to one); empty for members of this file. Reading the
   // member needs read access to that file too (vfs, check_access).
   std::string file;
+  // A link back to a group on the way to the listed one (the listed group included: a group
+  // holding a link to itself): that group's path. The tree shows it as a symbolic link up to
+  // that group's directory (an endless tree otherwise). Empty for every other member.
+  std::string ancestor;
 };
 
 // A regular hyperslab selection (or "all" when is_all). count/block may be ~0 (unlimited).
@@ -108,10 +113,21 @@ class H5File : public std::enable_shared_from_this<H5File> {
   const FileIdentity& identity() const { return identity_; }
 
   // Members of a group, sorted by name; soft and external links followed, dangling ones left
-  // out. Throws Error(ENOENT) when group_path is not a group.
+  // out; links back to a group on the way there named as such (LinkEntry::ancestor). Throws Error(ENOENT) when group_path is not a group.
   std::vector<LinkEntry> list_group(const std::string& group_path);
   ObjectKind kind_of(const std::string& path);  // Other when missing
+  // The object's attributes, by name. One that cannot be read is there with the value
+  // "unreadable: <why>" (with HDF5 helpers: also one that crashes or hangs the helper; the
+  // others are then asked for one by one), and the object stays readable.
   std::vector<std::pair<std::string, Value>> attributes(const std::string& object_path);
+  // The names of the object's attributes, sorted, read from its object header without decoding
+  // any attribute (libhdf5's list where they are stored elsewhere: dense or shared storage).
+  std::vector<std::string> attribute_names(const std::string& object_path);
+  // One attribute's value ("unreadable: <why>" when libhdf5 cannot open it).
+  Value attribute(const std::string& object_path, const std::string& name);
+  // Test hook (the helper's H5DIRECT_HELPER_FAULT_FILE, h5helper.cpp): called with
+  // "FILE@ATTRIBUTE" before each attribute is read in this process. Set once, before requests.
+  static void set_attribute_hook(std::function<void(const std::string&)> hook);
 
   // Metadata of a dataset (cached). Throws Error(ENOENT) when it is not a dataset.
   std::shared_ptr<const DatasetInfo> dataset_info(const std::string& dset_path);

@@ -389,6 +389,12 @@ std::string HelperPool::call(proto::Op op, const std::string& file, const std::s
   return request(op, file, object, body, max_reply, true);
 }
 
+std::string HelperPool::call_tentative(proto::Op op, const std::string& file, const std::string& object,
+                                       const std::string& body, uint32_t max_reply) {
+  check_bad(file);
+  return request(op, file, object, body, max_reply, false);
+}
+
 std::string HelperPool::call_batch(proto::Op op, const std::string& first_file, const std::string& body,
                                    uint32_t max_reply) {
   return request(op, first_file, "(a batch)", body, max_reply, false);
@@ -412,9 +418,9 @@ std::string HelperPool::request(proto::Op op, const std::string& file, const std
     p.kill(&how);
     release(i);
     if (!blame) {
-      log::debug(file + " and others: HDF5 helper " + how + " in " + proto::op_name(op) +
-                 "; helper restarted, the files are asked one by one");
-      throw Error(EIO, file + ": HDF5 helper " + how + " in a batch " + proto::op_name(op), true);
+      log::debug(file + ":" + object + ": HDF5 helper " + how + " in " + proto::op_name(op) +
+                 "; helper restarted, the parts are asked one by one");
+      throw HelperFailure(file + ":" + object + ": HDF5 helper " + how + " in " + proto::op_name(op), how);
     }
     mark_bad(file, how + " in " + proto::op_name(op));
     const std::string msg = file + ":" + object + ": HDF5 helper " + how + " in " + proto::op_name(op) +
@@ -441,7 +447,9 @@ using proto::Op;
 // Test hook, inert unless H5DIRECT_HELPER_FAULT_FILE names a file: while that file holds
 // "MODE:NAME", every request about a file whose path contains NAME hangs (MODE hang), aborts
 // (abort), crashes (segv) or is answered with garbage (garbage). Read at each request, so a test
-// can turn a fault on and off. The isolation tests use it; nothing else sets it.
+// can turn a fault on and off. The isolation tests use it; nothing else sets it. Reading an
+// attribute (H5File::attribute) is also checked as "FILE@ATTRIBUTE": "segv:@crash_me" crashes
+// the helper at every attribute named crash_me (garbage: that attribute's read fails).
 bool apply_fault(const char* control, const std::string& file) {
   if (!control) return false;
   std::string s;
@@ -486,6 +494,12 @@ std::string dispatch(Engine& engine, Op op, proto::In& in, const std::string& fi
     case Op::ListGroup: proto::put(o, f->list_group(arg<std::string>(in))); break;
     case Op::KindOf: proto::put(o, f->kind_of(arg<std::string>(in))); break;
     case Op::Attributes: proto::put(o, f->attributes(arg<std::string>(in))); break;
+    case Op::AttributeNames: proto::put(o, f->attribute_names(arg<std::string>(in))); break;
+    case Op::Attribute: {
+      const auto path = arg<std::string>(in);
+      proto::put(o, f->attribute(path, arg<std::string>(in)));
+      break;
+    }
     case Op::DatasetInfo:
     case Op::DatasetDetails: put_info(arg<std::string>(in), op == Op::DatasetDetails); break;
     case Op::ReadValue: {
@@ -620,6 +634,11 @@ int serve(int fd) {
   eo.max_open_files = 128;  // as the daemon's default: each helper sees a share of the files
   Engine engine(eo);  // no helper options: libhdf5 in this process
   const char* fault_control = std::getenv("H5DIRECT_HELPER_FAULT_FILE");
+  if (fault_control) {  // "MODE:@NAME": reading an attribute NAME (of any file) faults
+    H5File::set_attribute_hook([fault_control](const std::string& key) {
+      if (apply_fault(fault_control, key)) fail(EIO, "garbage asked for while reading " + key);
+    });
+  }
   std::unique_ptr<WriteFile> written;  // a writer process's one file (Op::WriteCreateFile)
   for (;;) {
     uint8_t hb[proto::kHeaderSize];

@@ -80,6 +80,14 @@ class HelperProcess {
 // The Error a kReplyError body carries (errno, message), at `place`; `what` names the call when
 // the body is malformed.
 [[noreturn]] void throw_reply_error(const std::string& reply, const std::string& what, const Place& place = {});
+// A helper that broke (crashed, hung, sent a malformed reply) in a call that blames no file
+// (HelperPool::call_tentative, call_batch): the caller asks for the parts one by one. `how`:
+// "crashed (signal 11, Segmentation fault)", "timed out after N ms"...
+class HelperFailure : public Error {
+ public:
+  HelperFailure(const std::string& msg, std::string how_) : Error(EIO, msg, true), how(std::move(how_)) {}
+  std::string how;
+};
 
 class HelperPool {
  public:
@@ -94,6 +102,12 @@ class HelperPool {
   // fails with Error(EIO) without asking.
   std::string call(proto::Op op, const std::string& file, const std::string& object,
                    const std::string& body, uint32_t max_reply);
+  // call() for a request whose parts the caller can ask for one by one (an object's
+  // attributes, a dataset's details): a crash, hang or malformed reply restarts the helper and
+  // throws HelperFailure, without logging or marking the file bad; the parts' own requests
+  // then find the culprit. A file marked bad fails at once, as in call().
+  std::string call_tentative(proto::Op op, const std::string& file, const std::string& object,
+                             const std::string& body, uint32_t max_reply);
   // One request about several files (a batch: proto::Op::DatasetInfos), sent to the helper
   // `first_file` prefers. A crash, hang or malformed reply restarts the helper and throws
   // Error(EIO) without logging or marking a file bad: the batch only saves round trips, and
@@ -152,19 +166,32 @@ namespace helper {
 int serve(int fd);
 
 // Typed call: encodes file + args, decodes the reply as R (and checks nothing is left over).
+// `tentative`: HelperPool::call_tentative (HelperFailure when the helper breaks).
 template <class R, class... A>
-R call(HelperPool& pool, proto::Op op, const std::string& file, const std::string& object,
-       const A&... args) {
+R call_as(bool tentative, HelperPool& pool, proto::Op op, const std::string& file, const std::string& object,
+          const A&... args) {
   proto::Out o;
   proto::put(o, file);
   (proto::put(o, args), ...);
-  const std::string reply = pool.call(op, file, object, o.data(),
-                                     op == proto::Op::LibraryRead ? proto::kMaxDataReply : proto::kMaxMetaReply);
+  const uint32_t max = op == proto::Op::LibraryRead ? proto::kMaxDataReply : proto::kMaxMetaReply;
+  const std::string reply = tentative ? pool.call_tentative(op, file, object, o.data(), max)
+                                      : pool.call(op, file, object, o.data(), max);
   try {
     return proto::decode_all<R>(reply);
   } catch (const Error& e) {
     fail(EIO, file + ":" + object + ": " + proto::op_name(op) + ": " + e.what());
   }
+}
+
+template <class R, class... A>
+R call(HelperPool& pool, proto::Op op, const std::string& file, const std::string& object, const A&... args) {
+  return call_as<R>(false, pool, op, file, object, args...);
+}
+
+template <class R, class... A>
+R call_tentative(HelperPool& pool, proto::Op op, const std::string& file, const std::string& object,
+                 const A&... args) {
+  return call_as<R>(true, pool, op, file, object, args...);
 }
 
 }  // namespace helper

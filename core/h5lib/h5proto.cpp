@@ -37,6 +37,8 @@ const char* op_name(Op op) {
     case Op::WriteFlush: return "flush (H5Fflush)";
     case Op::WriteCloseFile: return "close_file (H5Fclose)";
     case Op::DatasetInfos: return "dataset_infos";
+    case Op::AttributeNames: return "attribute_names";
+    case Op::Attribute: return "attribute";
   }
   return "?";
 }
@@ -285,6 +287,7 @@ void put(Out& o, const LinkEntry& e) {
   put(o, e.kind);
   o.str(e.soft_target);
   o.str(e.file);
+  o.str(e.ancestor);
 }
 
 void get(In& in, LinkEntry& e) {
@@ -292,6 +295,7 @@ void get(In& in, LinkEntry& e) {
   get(in, e.kind);
   e.soft_target = in.str();
   e.file = in.str();
+  e.ancestor = in.str();
 }
 
 void put(Out& o, const DatasetInfo& d) {

@@ -18,8 +18,9 @@
 namespace h5d::proto {
 
 constexpr uint32_t kMagic = 0x49443548;  // "H5DI" little-endian
-constexpr uint16_t kVersion = 6;  // 2: MetaSequenceFile; 3: LinkEntry::file; 4: the Write* ops; 5: DatasetsDetails;
-                                  // 6: DatasetInfos, StorageInfo::damaged
+constexpr uint16_t kVersion = 7;  // 2: MetaSequenceFile; 3: LinkEntry::file; 4: the Write* ops; 5: DatasetsDetails;
+                                  // 6: DatasetInfos, StorageInfo::damaged; 7: LinkEntry::ancestor,
+                                  // AttributeNames, Attribute
 constexpr size_t kHeaderSize = 16;        // magic u32, version u16, kind u16, seq u32, length u32
 constexpr uint32_t kMaxRequest = 1u << 20;
 // WriteChunk carries a chunk's encoded bytes: chunks are below 4 GiB (plan_dataset) and at most
@@ -65,7 +66,11 @@ enum class Op : uint16_t {
   // dataset_info of one dataset in each of several files, one InfoAnswer each (H5File::prefetch_infos:
   // the parts of a concatenation a read touches). The request's file is the first one.
   DatasetInfos,
-  Last = DatasetInfos,
+  // H5File::attribute_names and H5File::attribute: an object's attributes one by one, when
+  // reading them all at once (Attributes) broke the helper.
+  AttributeNames,
+  Attribute,
+  Last = Attribute,
 };
 const char* op_name(Op op);
 inline bool is_write_op(Op op) { return op >= Op::WriteCreateFile && op <= Op::WriteCloseFile; }

@@ -90,6 +90,48 @@ size_t served_float_size(hid_t t) {
   return s;
 }
 
+// numpy's dtype.str for the dtype string `d` of an h5py opaque tag, when it is one of the plain
+// dtypes numpy spells so ("<i4", "|S21", ">f8", "<U2", "<M8[s]"...) and its itemsize is `size`
+// (h5py cannot read one whose size differs). false otherwise (the type stays "|V<size>").
+bool numpy_tag_dtype(const std::string& d, size_t size, std::string& out) {
+  if (d.size() < 2 || d.size() > 32) return false;
+  size_t i = 0;
+  char order = '=';
+  if (d[0] == '<' || d[0] == '>' || d[0] == '|' || d[0] == '=') order = d[i++];
+  if (i >= d.size()) return false;
+  const char kind = d[i++];
+  std::string unit;  // datetime64 / timedelta64: "[s]"
+  std::string digits;
+  while (i < d.size() && std::isdigit(static_cast<unsigned char>(d[i]))) digits += d[i++];
+  if (i < d.size()) {
+    unit = d.substr(i);
+    const bool ok = (kind == 'M' || kind == 'm') && unit.size() > 2 && unit.front() == '[' && unit.back() == ']' &&
+                    std::all_of(unit.begin() + 1, unit.end() - 1, [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
+    if (!ok) return false;
+  }
+  if (digits.empty() || digits.size() > 9 || digits[0] == '0') return false;
+  const uint64_t n = std::stoull(digits);
+  uint64_t itemsize = n;
+  switch (kind) {
+    case 'b': if (n != 1) return false; break;
+    case 'i': case 'u': if (n != 1 && n != 2 && n != 4 && n != 8) return false; break;
+    case 'f': if (n != 2 && n != 4 && n != 8 && n != 16) return false; break;
+    case 'c': if (n != 8 && n != 16 && n != 32) return false; break;
+    case 'M': case 'm': if (n != 8) return false; break;
+    case 'S': case 'V': break;
+    case 'U': itemsize = 4 * n; break;
+    default: return false;
+  }
+  if (itemsize != size) return false;
+  // numpy's spelling: no byte order for one-byte and byte-string kinds, the host's (little
+  // endian here, as everywhere this runs) for '|' and '=' elsewhere.
+  const bool no_order = kind == 'S' || kind == 'V' || kind == 'b' || n == 1;
+  if (no_order) order = '|';
+  else if (order == '|' || order == '=') order = '<';
+  out = std::string(1, order) + kind + digits + unit;
+  return true;
+}
+
 bool scalar_typestr(hid_t t, std::string& out, std::string& why) {
   const size_t size = H5Tget_size(t);
   switch (H5Tget_class(t)) {
@@ -121,21 +163,16 @@ bool scalar_typestr(hid_t t, std::string& out, std::string& why) {
       return true;
     case H5T_OPAQUE: {
       out = "|V" + std::to_string(size);
-      // h5py tags the opaque types it writes for numpy datetime64/timedelta64 ("NUMPY:<M8[s]")
-      // and reads them back as that dtype: so do we, when the tag is one and the size fits.
+      // h5py tags the opaque types it writes for numpy dtypes it has no HDF5 type for
+      // ("NUMPY:<M8[s]", "NUMPY:|S21": h5py.opaque_dtype) and reads them back as that dtype
+      // (np.dtype(tag[6:])): so do we, when the tag is such a dtype and its size is the type's.
       char* tag = H5Tget_tag(t);
       if (tag) {
         const std::string s(tag);
         H5free_memory(tag);
         const std::string p = "NUMPY:";
-        if (s.size() > p.size() + 3 && s.compare(0, p.size(), p) == 0) {
-          const std::string d = s.substr(p.size());
-          const bool order = d[0] == '<' || d[0] == '>';
-          const bool kind = d.compare(1, 2, "M8") == 0 || d.compare(1, 2, "m8") == 0;
-          const bool unit = d.size() > 5 && d[3] == '[' && d.back() == ']' &&
-                            std::all_of(d.begin() + 4, d.end() - 1, [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
-          if (order && kind && unit && size == 8) out = d;
-        }
+        std::string d;
+        if (s.compare(0, p.size(), p) == 0 && numpy_tag_dtype(s.substr(p.size()), size, d)) out = d;
       }
       return true;
     }

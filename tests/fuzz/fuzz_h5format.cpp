@@ -12,7 +12,9 @@
 // Only h5d::Error may escape the parsers; anything else (crash, hang, other exception) is a bug.
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "core/error.h"
 #include "core/fmt/chunk_index.h"
@@ -58,6 +60,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   geo.sizeof_offsets = (c[0] & 1) ? 4 : 8;
   geo.sizeof_lengths = (c[0] & 2) ? 4 : 8;
   geo.base = uint64_t(c[1]) * 512;
+  if (!(c[0] & 0x80)) {  // the same object header's attribute names (H5File::attribute_names)
+    try {
+      for (const std::string& n : read_attribute_names(src, geo, u32(c + 2)).names)
+        if (n.find('\0') != std::string::npos) std::abort();
+    } catch (const h5d::Error&) {
+    }
+  }
   try {
     LayoutInfo l = (c[0] & 0x80) ? synthetic_layout(c, geo) : read_layout(src, geo, u32(c + 2));
     index_type_name(l.index_type);

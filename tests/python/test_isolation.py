@@ -7,6 +7,7 @@ one log line naming the file and the call; the daemon stays up and every other f
 h5py reads it.
 """
 import errno
+import json
 import os
 import os.path as osp
 import threading
@@ -96,16 +97,21 @@ def test_files_that_crash_libhdf5_cost_only_their_own_requests():
         assert 'HDF5 helper' not in m.log(), m.log()
         eio = walk_everything(m.mnt)
         assert daemon_alive(m), m.log()
-        # libhdf5 crashed in helpers: logged with the file and the call, helpers restarted.
+        # Attributes are read by name (the names from the object header), never by index: the
+        # attribute tables that crash libhdf5 are not built, so every sidecar and .attrs.json of
+        # those files reads, an attribute libhdf5 cannot decode saying "unreadable: ...". A
+        # crash that remains (tmisc38a.h5's H5Dread) is logged with the file and the call.
+        attr_crashers = [n for n in CRASHERS if n != 'tmisc38a.h5']
+        assert not [p for p in eio if p.endswith('.json') and any(n in p for n in attr_crashers)], eio
         log = m.log()
-        assert 'HDF5 helper crashed' in log, log
-        crashed = [n for n in CRASHERS if n in log and 'crashed' in log]
-        assert crashed, log
-        assert any(f'in {call}' in log for call in ('dataset_details', 'attributes', 'read_value')), log
+        for line in log.splitlines():
+            if 'HDF5 helper crashed' in line:
+                assert any(f'in {call}' in line for call in ('dataset_details', 'attributes', 'read_value',
+                                                             'library_read')), line
         assert not any('good.h5' in p for p in eio), eio
         check_good(m.path('good.h5'), data)
         helper = m.stats()['hdf5_helper']
-        assert helper['failures'] >= 1 and helper['requests'] > helper['failures'], helper
+        assert helper['requests'] > helper['failures'], helper
         # Everything else stays readable after the crashes, again and again.
         for _ in range(3):
             walk_everything(m.path('good.h5'))
@@ -249,5 +255,44 @@ def test_run_open_asks_one_helper_request_per_sequence_file():
         # What was read is what the files hold: the train IDs of every file, in order.
         tids = np.load(m.path('trainId.npy'))
         assert len(tids) > 0 and np.all(np.diff(tids.astype(np.int64)) > 0)
+    finally:
+        m.close()
+
+
+@pytest.mark.parametrize('mode', ['segv', 'abort'])
+def test_an_attribute_that_kills_the_helper_is_unreadable_and_its_object_stays_readable(mode):
+    """An attribute whose reading kills the helper (here by the test hook: reading an attribute
+    named crash_me) is shown as "unreadable: ..." in the dataset's .json and the group's
+    .attrs.json; the dataset's data, its other attributes (as h5py reads them) and the file's
+    other members stay readable, and the file is not marked bad."""
+    tmp = make_tmpdir('iso-attr-')
+    os.makedirs(osp.join(tmp, 'src'))
+    p = osp.join(tmp, 'src', 'f.h5')
+    with h5py.File(p, 'w') as f:
+        d = f.create_dataset('d', data=np.arange(12, dtype='<i4').reshape(3, 4))
+        g = f.create_group('g')
+        g['other'] = np.linspace(0, 1, 5)
+        for obj in (d, g):
+            obj.attrs['a_first'] = 7
+            obj.attrs['crash_me'] = 'never read'
+            obj.attrs['z_last'] = np.array([1.5, 2.5])
+    m, _ = fault_mount(tmp, f'{mode}:@crash_me')
+    try:
+        with h5py.File(p, 'r') as f:
+            for side, obj in ((m.path('f.h5', 'd.json'), f['d']), (m.path('f.h5', 'g', '.attrs.json'), f['g'])):
+                with open(side) as fj:
+                    attrs = json.load(fj)['attrs']
+                assert sorted(attrs) == sorted(obj.attrs.keys()), attrs
+                assert attrs['a_first'] == obj.attrs['a_first']
+                assert attrs['z_last'] == obj.attrs['z_last'].tolist()
+                assert attrs['crash_me'].startswith('unreadable: the HDF5 helper'), attrs
+            assert np.array_equal(np.load(m.path('f.h5', 'd.npy')), f['d'][()])
+            assert np.array_equal(np.load(m.path('f.h5', 'g', 'other.npy')), f['g/other'][()])
+        with open(m.path('f.h5', 'g', 'other.json')) as fj:
+            assert json.load(fj)['attrs'] == {}
+        assert daemon_alive(m)
+        log = m.log()
+        assert 'attributes that break the HDF5 helper, shown as unreadable: crash_me' in log, log
+        assert 'marked bad' not in log, log
     finally:
         m.close()

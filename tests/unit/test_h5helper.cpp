@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/euxfel/h5meta.h"
 #include "core/h5lib/h5file.h"
+#include "core/h5lib/h5lib.h"
 #include "tests/support/h5fixture.h"
 #include "vfs/providers.h"
 #include "vfs/vfs.h"
@@ -484,5 +485,57 @@ TEST_CASE("with HDF5 helpers, listing a group of many datasets takes a request p
     std::vector<uint8_t> got(want.size());
     CHECK(fs.read(*of, 0, got.size(), reinterpret_cast<char*>(got.data())) == got.size());
     CHECK(got == want);
+  }
+}
+
+TEST_CASE("helpers: attribute names from the object header equal libhdf5's list; loops name their ancestor",
+          "[h5helper]") {
+  const std::string path = scratch_path("helper_attrs.h5");
+  std::vector<std::string> want_compact, want_dense;
+  {
+    h5::Lock lk = h5::lock();
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);  // dense storage past 8
+    hid_t fid = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    hid_t g = H5Gcreate2(fid, "/g", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t dense = H5Gcreate2(fid, "/dense", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Lcreate_hard(fid, "/g", g, "self", H5P_DEFAULT, H5P_DEFAULT);
+    H5Lcreate_hard(fid, "/", g, "up", H5P_DEFAULT, H5P_DEFAULT);
+    hid_t space = H5Screate(H5S_SCALAR);
+    auto put = [&](hid_t obj, const std::string& name, int v, std::vector<std::string>& want) {
+      hid_t a = H5Acreate2(obj, name.c_str(), H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT);
+      H5Awrite(a, H5T_NATIVE_INT, &v);
+      H5Aclose(a);
+      want.push_back(name);
+    };
+    for (const char* n : {"zeta", "alpha", "Mid", "a b"}) put(g, n, 1, want_compact);
+    for (int i = 0; i < 20; ++i) put(dense, "attr" + std::to_string(19 - i), i, want_dense);
+    H5Sclose(space);
+    H5Gclose(dense);
+    H5Gclose(g);
+    H5Fclose(fid);
+    H5Pclose(fapl);
+  }
+  std::sort(want_compact.begin(), want_compact.end());
+  std::sort(want_dense.begin(), want_dense.end());
+  Engine local(in_process()), remote(with_helpers());
+  auto lf = local.open_file(path), rf = remote.open_file(path);
+  for (H5File* f : {lf.get(), rf.get()}) {
+    CHECK(f->attribute_names("/g") == want_compact);
+    CHECK(f->attribute_names("/dense") == want_dense);
+    CHECK(f->attribute_names("/").empty());
+    auto attrs = f->attributes("/dense");
+    REQUIRE(attrs.size() == 20);
+    CHECK(attrs[0].first == "attr0");
+    CHECK(attrs[0].second.kind == Value::Kind::Int);
+    CHECK(attrs[0].second.i == 19);
+    CHECK(f->attribute("/g", "nope").s.rfind("unreadable: ", 0) == 0);
+    auto members = f->list_group("/g");
+    REQUIRE(members.size() == 2);
+    CHECK(members[0].name == "self");
+    CHECK(members[0].ancestor == "/g");
+    CHECK(members[1].name == "up");
+    CHECK(members[1].ancestor == "/");
+    for (const auto& m : f->list_group("/")) CHECK(m.ancestor.empty());
   }
 }
