@@ -93,7 +93,7 @@ std::vector<Vfs::Counter> Vfs::counters() {
   add({"reads"}, "reads_total", "Read requests answered", true, u(st.reads));
   add({"chunks_decoded"}, "chunks_decoded_total", "Chunks read from their files and decoded", true, u(st.chunks_decoded));
   add({"bytes_decoded"}, "bytes_decoded_total", "Bytes those chunks decoded to", true, u(st.bytes_decoded));
-  add({"decode_seconds"}, "decode_seconds_total", "Time reading and decoding chunks, summed over threads", true,
+  add({"decode_seconds"}, "decode_seconds_total", "Time decoding chunks (holding a CPU slot), summed over threads", true,
       double(st.decode_ns.load()) * 1e-9, false);
   const BufferPool::Counters bc = engine_.buffers().counters();
   add({"decode_buffers", "reused"}, "decode_buffers_reused_total", "Decode buffers taken from the pool", true, double(bc.reused));

@@ -39,7 +39,7 @@ struct Stats {
   std::atomic<uint64_t> reads{0};
   std::atomic<uint64_t> chunks_decoded{0};
   std::atomic<uint64_t> bytes_decoded{0};  // what those chunks decoded to
-  std::atomic<uint64_t> decode_ns{0};  // wall time reading + decoding chunks, summed over threads
+  std::atomic<uint64_t> decode_ns{0};  // time decoding chunks (inside a CPU slot), summed over threads
   std::atomic<uint64_t> chunks_prefetched{0};
   std::atomic<uint64_t> prefetch_dropped{0};  // decode-ahead tasks whose bytes the reader had read first
   std::atomic<uint64_t> cache_hits{0};

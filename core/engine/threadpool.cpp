@@ -2,9 +2,15 @@
 
 namespace h5d {
 
-void CpuGate::acquire() {
+void CpuGate::acquire(bool urgent) {
   std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait(lk, [&] { return free_ > 0; });
+  if (urgent) {
+    ++urgent_waiting_;
+    cv_.wait(lk, [&] { return free_ > 0; });
+    --urgent_waiting_;
+  } else {
+    cv_.wait(lk, [&] { return free_ > 0 && urgent_waiting_ == 0; });
+  }
   --free_;
 }
 
@@ -13,7 +19,7 @@ void CpuGate::release() {
     std::lock_guard<std::mutex> lk(mu_);
     ++free_;
   }
-  cv_.notify_one();
+  cv_.notify_all();  // an urgent waiter must not miss the slot to a deferring one
 }
 
 struct ThreadPool::Batch {

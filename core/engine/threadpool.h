@@ -27,12 +27,15 @@ namespace h5d {
 
 // A counting semaphore for CPU-bound work (decoding, encoding): at most `slots` holders at once,
 // whatever the number of threads doing I/O. Waiting holds no lock of ours.
+// A reader's own work (`urgent`: the chunk a FUSE request waits for) takes the next free slot
+// before decode-ahead does: ahead of a stream the pool keeps every slot busy, and a reader that
+// queued behind it would wait for work done for its future.
 class CpuGate {
  public:
   explicit CpuGate(unsigned slots) : free_(slots ? slots : 1) {}
   class Slot {
    public:
-    explicit Slot(CpuGate& g) : g_(g) { g_.acquire(); }
+    explicit Slot(CpuGate& g, bool urgent = false) : g_(g) { g_.acquire(urgent); }
     ~Slot() { g_.release(); }
     Slot(const Slot&) = delete;
     Slot& operator=(const Slot&) = delete;
@@ -42,11 +45,12 @@ class CpuGate {
   };
 
  private:
-  void acquire();
+  void acquire(bool urgent);
   void release();
   std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf
   std::condition_variable cv_;
   unsigned free_;
+  unsigned urgent_waiting_ = 0;
 };
 
 class ThreadPool {

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace h5d::fmt {
@@ -16,6 +17,10 @@ class ByteSource {
   virtual void read_at(uint64_t off, void* buf, size_t n) const = 0;
   virtual uint64_t size() const = 0;
   virtual std::string name() const = 0;
+  // A hint: the (offset, length) ranges will be read next, in some order. A source on slow
+  // storage reads them at once (into its page cache) instead of one round trip after another;
+  // by default nothing. Returns when done; never throws (the reads that follow report errors).
+  virtual void prefetch(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const { (void)ranges; }
 };
 
 class MemorySource final : public ByteSource {

@@ -98,6 +98,15 @@ void read_btree_v1(IndexContext& ctx) {
       if (!elem_zero[i])
         fail_at(w, entry + ": element-size offset not 0 (a damaged chunk index key)");
     }
+    // An internal node's children are read next, one after another: ask the source for all
+    // of them at once first (a cold index on slow storage is one round trip per node otherwise;
+    // the header is enough to bring a node's page in, the rest follows it in the file).
+    if (level > 0 && entries > 1) {
+      std::vector<std::pair<uint64_t, uint64_t>> next;
+      for (unsigned i = 0; i < entries; ++i)
+        next.emplace_back(to_absolute(w, ctx.geo, children[i]), header + body);
+      ctx.src.prefetch(next);
+    }
     // Children are pushed in reverse so that they are visited in key order.
     for (unsigned i = entries; i-- > 0;) {
       if (level == 0) continue;
