@@ -24,7 +24,8 @@ a buffer): it is measured once per round and shown in both rows. File opening is
 every reader (h5py.File, the reader's open, np.load's open and header); mounting is not.
 
 runopen: (a) h5direct: a fresh mount of the run (time to mount), os.listdir of the run and of
-module 0's source directory, and a full read of its image.data.npy; (b) a fresh Python process
+module 0's source directory, and a full read of its image.data.npy, with the run's files map and
+with it hidden (renamed for that pass); (b) a fresh Python process
 that opens the run as extra_data.RunDirectory does without a files map (every file's METADATA
 and INDEX/trainId, INDEX/flag), then reads module 0's image.data by INDEX (emulated with h5py;
 EXtra-data is not installed); (c) the same process with the run's karabo_data_map.json (written
@@ -514,7 +515,17 @@ class RunOpen:
         self.reference = emulate_open(self.dir, RUNOPEN_SOURCE, False)[0]
         self.buf = np.zeros_like(self.reference)
 
-    def h5direct(self):
+    def h5direct(self, use_map=True):
+        mp = osp.join(self.dir, 'karabo_data_map.json')
+        if not use_map:  # the map hidden for this pass (renamed on the emulator's source side)
+            os.rename(mp, mp + '.hidden')
+        try:
+            return self._h5direct()
+        finally:
+            if not use_map:
+                os.rename(mp + '.hidden', mp)
+
+    def _h5direct(self):
         drop_caches()
         t0 = time.perf_counter()
         m = benchlib.mount_h5direct(BIN, to_s(self.dir), args.opts or None, mnt=M)
@@ -525,12 +536,14 @@ class RunOpen:
             t_list = time.perf_counter() - t0 - t_mount
             self.buf[...] = np.load(osp.join(M, RUNOPEN_SOURCE, 'image.data.npy'), mmap_mode='r')
             total = time.perf_counter() - t0
-            io = h5direct_io(benchlib.mount_stats(M))
+            stats = benchlib.mount_stats(M)
+            io = h5direct_io(stats)
         finally:
             m.close()
         if not np.array_equal(self.buf, self.reference):
             sys.exit('[cold] runopen: h5direct read other bytes than h5py from local disk')
-        return total, dict(mount=t_mount, list=t_list, read=total - t_mount - t_list, h5direct=io)
+        return total, dict(mount=t_mount, list=t_list, read=total - t_mount - t_list,
+                           opened=stats.get('hdf5_helper', {}).get('files', -1), h5direct=io)
 
     def extra_data(self, use_map):
         drop_caches()
@@ -629,7 +642,8 @@ try:
                             iolog.setdefault(key, []).append(io)
                     print(f'[cold] {sname}, round {rnd + 1}: {c.name} done', flush=True)
                 if runopen:
-                    for variant, fn in (('h5direct', runopen.h5direct),
+                    for variant, fn in (('h5direct, files map', runopen.h5direct),
+                                        ('h5direct, no map', lambda: runopen.h5direct(False)),
                                         ('EXtra-data, no map', lambda: runopen.extra_data(False)),
                                         ('EXtra-data, files map', lambda: runopen.extra_data(True))):
                         secs, io = fn()
@@ -704,7 +718,7 @@ if runopen:
               '| storage | variant | seconds | details (medians) |', '|---|---|---|---|']
     for st in storages:
         sname = storage_name(st)
-        for variant in ('h5direct', 'EXtra-data, no map', 'EXtra-data, files map'):
+        for variant in ('h5direct, files map', 'h5direct, no map', 'EXtra-data, no map', 'EXtra-data, files map'):
             key = ('runopen', sname, 'open+read', variant)
             passes = iolog[key]
             det = {k: med([p[k] for p in passes]) for k in passes[0] if k != 'h5direct'}

@@ -139,6 +139,8 @@ std::vector<Vfs::Counter> Vfs::counters() {
         double(std::max(1u, hp->options().count)));
     add({"hdf5_helper", "requests"}, "hdf5_helper_requests_total", "Requests answered by the HDF5 helpers", true,
         double(hp->requests()));
+    add({"hdf5_helper", "files"}, "hdf5_helper_files", "Distinct files the HDF5 helpers were asked about", false,
+        double(hp->files_asked()));
     add({"hdf5_helper", "failures"}, "hdf5_helper_failures_total",
         "HDF5 helpers that crashed, hung or talked garbage (each restarted)", true, double(hp->failures()));
   }

@@ -76,6 +76,13 @@ class DetectorDirProvider final : public DirProvider {
       : ctx_(ctx), run_(std::move(run)), src_(std::move(det)), subdirs_(std::move(subdirs)),
         dmeta_(dmeta), fmeta_(fmeta) {}
 
+  // The module directories (DET/, CORR/) are known without opening the detector.
+  NodePtr find_unlisted(const std::string& name) override {
+    for (const ChildEntry& c : subdirs_)
+      if (c.name == name) return c.node;
+    return nullptr;
+  }
+
   std::vector<ChildEntry> list() override {
     std::vector<ChildEntry> out = subdirs_;
     std::shared_ptr<Detector> det;

@@ -18,6 +18,7 @@
 #include "core/euxfel/run.h"
 #include "core/log.h"
 #include "vfs/detector_view.h"
+#include "vfs/files_map.h"
 #include "vfs/npy.h"
 #include "vfs/sidecar.h"
 
@@ -465,6 +466,7 @@ class RunDirProvider final : public DirProvider {
     try {
       euxfel::RunOptions ro;
       ro.inc_suspect_trains = ctx_.opts.inc_suspect_trains;
+      ro.known = read_files_map(path_);  // EXtra-data's files map: the files it describes are not opened
       run = Run::open(ctx_.engine, path_, ro);
     } catch (const std::exception& e) {
       log::warn("run view: " + path_ + ": not shown as a run: " + e.what());

@@ -317,6 +317,24 @@ std::vector<std::string> DirNode::changed_names(const Listing& before, const Lis
 }
 
 NodePtr DirNode::find(InodeTable& table, const std::string& name) {
+  bool listed;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    listed = listing_ != nullptr;
+  }
+  if (!listed) {
+    std::lock_guard<std::mutex> list_lk(list_mu_);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      listed = listing_ != nullptr;
+    }
+    if (!listed && provider_ && valid_name(name)) {
+      if (NodePtr n = provider_->find_unlisted(name)) {
+        table.add(n);
+        return n;
+      }
+    }
+  }
   auto l = listing(table);
   auto it = l->index.find(name);
   return it == l->index.end() ? nullptr : l->entries[it->second].node;

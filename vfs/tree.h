@@ -266,6 +266,14 @@ class DirProvider {
   virtual double revalidate_seconds() const { return 0; }
   // Cheap (a few stat calls): whether the source changed since the last list().
   virtual bool changed() { return false; }
+  // A child known without listing (nullptr: list() decides), asked by a lookup before the
+  // directory was first listed, so that a path walk through it costs nothing when listing it
+  // would (a detector's directory: its stacked keys need every module's files; its module
+  // directories below need none). The node must be the one list() then gives that name.
+  virtual NodePtr find_unlisted(const std::string& name) {
+    (void)name;
+    return nullptr;
+  }
 };
 
 class InodeTable;

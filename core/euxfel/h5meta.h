@@ -63,7 +63,9 @@ struct SequenceMeta {
   std::vector<std::pair<std::string, Value>> metadata_values;  // METADATA (with_metadata only)
 };
 // Throws Error (the file is then skipped, as EXtra-data skips it) when it is no sequence file.
-SequenceMeta read_sequence_file(H5File& f, bool with_metadata);
+// with_index: also the INDEX arrays of every (source, group) METADATA names (else `index` is
+// empty: Run reads a source's INDEX when the source is first used).
+SequenceMeta read_sequence_file(H5File& f, bool with_metadata, bool with_index = false);
 
 // A 1-d string dataset (variable or fixed length) as strings; empty strings kept.
 std::vector<std::string> read_strings(H5File& f, const std::string& path);

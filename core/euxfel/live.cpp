@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "core/log.h"
 
@@ -44,6 +46,24 @@ bool open_for_writing(const std::string& path) {
   return writing;
 }
 
+std::vector<uint8_t> open_for_writing(const std::vector<std::string>& paths) {
+  std::vector<uint8_t> out(paths.size(), 0);
+  const size_t threads = std::min<size_t>(16, paths.size());
+  if (threads <= 1) {
+    for (size_t i = 0; i < paths.size(); ++i) out[i] = open_for_writing(paths[i]);
+    return out;
+  }
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < paths.size(); i = next++) out[i] = open_for_writing(paths[i]);
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  return out;
+}
+
 void note_left_out_while_written(const std::string& path) {
   static std::mutex mu;  // lock level 5 (docs/architecture.md): only the log (level 6) under it
   static std::set<std::string> logged;
@@ -61,6 +81,7 @@ RunDirState RunDirState::take(const std::string& dir, const RunDirState* prev) {
   DIR* d = ::opendir(dir.c_str());
   if (!d) return s;
   const int dfd = ::dirfd(d);
+  std::vector<size_t> check;  // files whose superblock is read
   while (dirent* e = ::readdir(d)) {
     const std::string n = e->d_name;
     if (!ends_with_h5(n)) continue;
@@ -75,10 +96,15 @@ RunDirState RunDirState::take(const std::string& dir, const RunDirState* prev) {
                                  [](const FileState& a, const std::string& b) { return a.name < b; });
       if (it != prev->files_.end() && it->name == n) before = &*it;
     }
-    f.writing = before && !before->writing && before->id == f.id ? false : open_for_writing(dir + "/" + n);
+    if (!(before && !before->writing && before->id == f.id)) check.push_back(s.files_.size());
     s.files_.push_back(std::move(f));
   }
   ::closedir(d);
+  // The superblocks of new or changed files (and of those being written before), at once.
+  std::vector<std::string> paths;
+  for (size_t i : check) paths.push_back(dir + "/" + s.files_[i].name);
+  const std::vector<uint8_t> writing = open_for_writing(paths);
+  for (size_t k = 0; k < check.size(); ++k) s.files_[check[k]].writing = writing[k] != 0;
   std::sort(s.files_.begin(), s.files_.end(),
             [](const FileState& a, const FileState& b) { return a.name < b.name; });
   s.ok_ = true;

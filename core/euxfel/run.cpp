@@ -47,10 +47,12 @@ std::shared_ptr<Run> Run::open(Engine& engine, const std::string& dir, RunOption
     for (const std::string& n : h5_files_in(dir, true)) paths.push_back(join(dir, n));
     run->leave_out_files_being_written(paths);
   }
-  // libhdf5 reads each file's metadata under the HDF5 lock, one file at a time: ask the kernel
-  // to read the start of every file ahead now (in parallel, without waiting), so that a cold
-  // cache does not make the opens below wait for the disk one by one.
+  // libhdf5 reads each file's metadata under the HDF5 lock of its helper: ask the kernel to read
+  // the start of every file that will be opened ahead now (in parallel, without waiting), so
+  // that a cold cache does not make the opens below wait for the disk one by one. Files the
+  // files map describes are not opened.
   for (const std::string& p : paths) {
+    if (run->known(p)) continue;
     int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) continue;
     (void)::posix_fadvise(fd, 0, 1 << 20, POSIX_FADV_WILLNEED);
@@ -62,12 +64,20 @@ std::shared_ptr<Run> Run::open(Engine& engine, const std::string& dir, RunOption
   return run;
 }
 
+const KnownFile* Run::known(const std::string& path) const {
+  if (!opts_.known || !overview_.empty()) return nullptr;
+  auto it = opts_.known->find(path.substr(path.find_last_of('/') + 1));
+  return it == opts_.known->end() ? nullptr : &it->second;
+}
+
 // A file a libhdf5 writer has open (latest format: superblock flags) is left out with one log
 // line and an entry in errors(): libhdf5 would refuse it, and its metadata may be incomplete.
 void Run::leave_out_files_being_written(std::vector<std::string>& paths) {
+  const std::vector<uint8_t> writing = open_for_writing(paths);  // all superblocks at once
   std::vector<std::string> kept;
-  for (std::string& p : paths) {
-    if (!open_for_writing(p)) {
+  for (size_t i = 0; i < paths.size(); ++i) {
+    std::string& p = paths[i];
+    if (!writing[i]) {
       kept.push_back(std::move(p));
       continue;
     }
@@ -92,14 +102,41 @@ struct LoadedFile {
 
 }  // namespace
 
+void Run::for_each_file(const std::vector<std::string>& paths, const std::function<void(size_t)>& fn) const {
+  // Each file is one request to an HDF5 helper: with several helpers, one thread per helper
+  // takes the files that helper is preferred for (so each file stays open where the run's
+  // later requests for it go), and the helpers work at once. In process (no helpers) libhdf5
+  // runs under one lock anyway: one thread.
+  HelperPool* helpers = engine_.helpers();
+  const size_t workers = helpers ? std::min<size_t>(helpers->options().count, paths.size()) : 1;
+  auto work = [&](size_t w) {
+    for (size_t i = 0; i < paths.size(); ++i) {
+      if (workers > 1 && helpers->preferred(paths[i]) % workers != w) continue;
+      fn(i);
+    }
+  };
+  if (workers <= 1) {
+    work(0);
+    return;
+  }
+  std::vector<std::thread> threads;
+  for (size_t w = 1; w < workers; ++w) threads.emplace_back(work, w);
+  work(0);
+  for (std::thread& t : threads) t.join();
+}
+
 void Run::load_files(const std::vector<std::string>& paths) {
   // A long scan says how far it got (at info level): every 100 files, or every 2 s.
-  const bool long_scan = paths.size() >= kProgressFiles;
+  std::vector<std::string> to_read;  // files the map does not describe
+  for (const std::string& p : paths)
+    if (!known(p)) to_read.push_back(p);
+  const bool long_scan = to_read.size() >= kProgressFiles;
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string total = std::to_string(paths.size());
+  const std::string total = std::to_string(to_read.size());
   if (long_scan) log::info("euxfel: " + dir_ + ": opening " + total + " files");
   // The run's metadata comes from its first readable file (DataCollection.run_metadata uses
-  // files[0]): asked of the first path; read again below should that one be skipped.
+  // files[0]): asked of the first path when it is read now; read again below should that one
+  // be skipped, and later (load_details) when the map describes the first file.
   const bool run_is_new = files_.empty();
   std::vector<LoadedFile> loaded(paths.size());
   auto load = [&](size_t i, bool with_metadata) {
@@ -107,6 +144,16 @@ void Run::load_files(const std::vector<std::string>& paths) {
     l.sf.path = paths[i];
     l.sf.name = paths[i].substr(paths[i].find_last_of('/') + 1);
     l.sf.size = file_size(paths[i]);
+    if (const KnownFile* k = known(paths[i])) {
+      l.sf.from_map = true;
+      l.meta.train_ids = k->train_ids;
+      l.meta.valid = k->valid;
+      l.meta.control_sources = k->control_sources;
+      l.meta.instrument_sources = k->instrument_sources;
+      l.meta.legacy = k->legacy;
+      l.error.clear();
+      return;
+    }
     try {
       auto f = engine_.open_file(paths[i]);
       l.meta = meta::read_sequence_file(*f, with_metadata);
@@ -115,12 +162,6 @@ void Run::load_files(const std::vector<std::string>& paths) {
       l.error = e.what();
     }
   };
-  // Each file is one request to an HDF5 helper: with several helpers, one thread per helper
-  // takes the files that helper is preferred for (so each file stays open where the run's
-  // later requests for it go), and the helpers work at once. In process (no helpers) libhdf5
-  // runs under one lock anyway: one thread.
-  HelperPool* helpers = engine_.helpers();
-  const size_t workers = helpers ? std::min<size_t>(helpers->options().count, paths.size()) : 1;
   std::mutex progress_mu;  // a leaf: only the progress line below
   size_t opened = 0;
   auto last = t0;
@@ -129,26 +170,20 @@ void Run::load_files(const std::vector<std::string>& paths) {
     std::lock_guard<std::mutex> lk(progress_mu);
     ++opened;
     const auto now = std::chrono::steady_clock::now();
-    if (opened < paths.size() && (opened % kProgressFiles == 0 || now - last >= std::chrono::seconds(2))) {
+    if (opened < to_read.size() && (opened % kProgressFiles == 0 || now - last >= std::chrono::seconds(2))) {
       log::info("euxfel: " + dir_ + ": opened " + std::to_string(opened) + " of " + total + " files");
       last = now;
     }
   };
-  auto work = [&](size_t w) {
-    for (size_t i = 0; i < paths.size(); ++i) {
-      if (workers > 1 && helpers->preferred(paths[i]) % workers != w) continue;
-      load(i, run_is_new && i == 0);
-      progress();
-    }
-  };
-  if (workers <= 1) {
-    work(0);
-  } else {
-    std::vector<std::thread> threads;
-    for (size_t w = 1; w < workers; ++w) threads.emplace_back(work, w);
-    work(0);
-    for (std::thread& t : threads) t.join();
-  }
+  for (size_t i = 0; i < paths.size(); ++i)
+    if (known(paths[i])) load(i, false);
+  std::vector<size_t> read_index;  // index into paths of to_read[k]
+  for (size_t i = 0; i < paths.size(); ++i)
+    if (!known(paths[i])) read_index.push_back(i);
+  for_each_file(to_read, [&](size_t k) {
+    load(read_index[k], run_is_new && read_index[k] == 0);
+    progress();
+  });
   for (size_t i = 0; i < loaded.size(); ++i) {
     LoadedFile& l = loaded[i];
     if (!l.error.empty()) {
@@ -156,7 +191,7 @@ void Run::load_files(const std::vector<std::string>& paths) {
       note_error("skipping " + l.sf.name + ": " + l.error);
       continue;
     }
-    if (files_.empty() && run_is_new && i > 0) {
+    if (files_.empty() && run_is_new && i > 0 && !l.sf.from_map) {
       load(i, true);  // the first path was skipped: this one is the run's first file
       if (!l.error.empty()) {
         note_error("skipping " + l.sf.name + ": " + l.error);
@@ -183,13 +218,72 @@ void Run::load_files(const std::vector<std::string>& paths) {
     if (files_.empty()) {
       format_version_ = sf.format_version;
       metadata_values_ = std::move(m.metadata_values);
+      details_loaded_ = !sf.from_map;  // else read when asked (load_details)
     }
+    files_from_map_ += sf.from_map;
     files_.push_back(std::move(sf));
   }
+  if (files_from_map_)
+    log::info("euxfel: " + dir_ + ": " + std::to_string(files_from_map_) + " of " + std::to_string(files_.size()) +
+              " files described by the files map (not opened to list the run)");
   if (long_scan) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     log::info("euxfel: " + dir_ + ": opened all " + total + " files in " + std::to_string(secs).substr(0, 5) + " s");
   }
+}
+
+void Run::load_details() const {
+  std::lock_guard<std::mutex> lk(details_mu_);
+  if (details_loaded_) return;
+  details_loaded_ = true;
+  std::vector<std::string> paths;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < files_.size(); ++i) {
+    if (!files_[i].from_map) continue;
+    paths.push_back(files_[i].path);
+    which.push_back(i);
+  }
+  std::vector<meta::SequenceMeta> metas(paths.size());
+  std::vector<std::string> errs(paths.size());
+  for_each_file(paths, [&](size_t k) {
+    try {
+      metas[k] = meta::read_sequence_file(*engine_.open_file(paths[k]), which[k] == 0);
+    } catch (const std::exception& e) {
+      errs[k] = e.what();
+    }
+  });
+  for (size_t k = 0; k < paths.size(); ++k) {
+    SequenceFile& sf = files_[which[k]];
+    if (!errs[k].empty()) {
+      note_error(sf.name + ": format version and METADATA not read: " + errs[k]);
+      continue;
+    }
+    sf.format_version = metas[k].format_version;
+    for (const std::string& n : metas[k].notes) note_error(n);
+    if (which[k] == 0) {
+      format_version_ = sf.format_version;
+      metadata_values_ = std::move(metas[k].metadata_values);
+    }
+  }
+  identify();
+}
+
+int64_t Run::proposal() const {
+  load_details();
+  std::lock_guard<std::mutex> lk(details_mu_);
+  return proposal_;
+}
+
+int64_t Run::run_number() const {
+  load_details();
+  std::lock_guard<std::mutex> lk(details_mu_);
+  return run_number_;
+}
+
+std::string Run::format_version() const {
+  load_details();
+  std::lock_guard<std::mutex> lk(details_mu_);
+  return format_version_;
 }
 
 void Run::build_sources() {
@@ -241,7 +335,12 @@ void Run::build_sources() {
     }
   }
 
-  // Proposal and run number: file names, METADATA, then the path.
+  identify();
+}
+
+// Proposal and run number: file names, METADATA (of the first file), then the path.
+void Run::identify() const {
+  proposal_ = run_number_ = -1;
   std::smatch m;
   for (const SequenceFile& f : files_) {
     if (std::regex_match(f.name, m, seq_name_re())) {
@@ -265,7 +364,7 @@ void Run::build_sources() {
   }
 }
 
-void Run::note_error(const std::string& msg) {
+void Run::note_error(const std::string& msg) const {
   log::warn("euxfel: " + dir_ + ": " + msg);
   std::lock_guard<std::mutex> lk(mu_);
   errors_.push_back(msg);

@@ -3,19 +3,22 @@
 // (extra_data/reader.py, sourcedata.py, keydata.py, file_access.py, voview.py); docs/euxfel.md
 // lists them and where h5direct differs (errors are reported instead of raised).
 //
-// Cost model: Run::open lists the directory and opens every sequence file once (libhdf5 is
-// serialised by the HDF5 lock, so opening them in parallel would gain nothing; the first MiB of
-// every file is asked for with posix_fadvise(WILLNEED) first, so a cold cache reads ahead in
-// parallel). While a file is open it reads INDEX/trainId, INDEX/flag, the METADATA source list
-// and the INDEX first/count arrays of every (source, index group) the METADATA names (one
-// H5Dread each): listing sources later opens no sequence file again. Per source the key list
-// and dataset metadata are read from one file on first use; a key's per-file dataset arrays are
-// opened on its first read. Nothing reads bulk data until a key is read.
+// Cost model: Run::open lists the directory and reads what listing the run needs of every
+// sequence file: train IDs, validity flags, sources and legacy names. A file that
+// RunOptions::known describes (EXtra-data's files map, vfs/files_map.h) is not opened at all;
+// each other file is one request to an HDF5 helper (INDEX/trainId, INDEX/flag, METADATA
+// version and source list), the helpers working at once. What only a source needs (its INDEX
+// first/count arrays in each of its files) is read when the source is first used, from all its
+// files at once; the format version and METADATA values of files the map described are read
+// when run.json (metadata()) or format_version() asks. Per source the key list and dataset
+// metadata are read from one file on first use; a key's per-file dataset arrays are opened on
+// its first read. Nothing reads bulk data until a key is read.
 //
 // Thread safety: all public methods may be called concurrently; lazily built state is guarded
 // by Run::mu_ (never held while reading bulk data; taken before the HDF5 lock, never after).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -50,12 +53,26 @@ bool looks_like_run_dir_deep(Engine& engine, const std::string& dir);
 // now in `dir` (except overview.h5) and their sizes. "" when there is none.
 std::string find_valid_overview(Engine& engine, const std::string& dir, std::string* why_not = nullptr);
 
+// What EXtra-data's files map (karabo_data_map.json, RunFilesMap) says of one sequence file,
+// already checked against the file on disk (size and mtime): the file need not be opened to
+// list the run.
+struct KnownFile {
+  std::vector<uint64_t> train_ids;  // INDEX/trainId, zeros removed
+  std::vector<uint8_t> valid;       // one per train (suspect_train_indices are 0)
+  std::vector<std::string> control_sources, instrument_sources;  // instrument: legacy names too
+  std::map<std::string, std::string> legacy;                      // legacy -> canonical source
+};
+// By file base name.
+using KnownFiles = std::map<std::string, KnownFile>;
+
 struct RunOptions {
   // EXtra-data's RunDirectory default (True since 1.x): trains flagged invalid in INDEX/flag
   // (or out of sequence in format 0.5 files) are kept.
   bool inc_suspect_trains = true;
   // Build the run from a valid virtual overview file when there is one (one file to open).
   bool use_overview = true;
+  // Files described by a files map (nullptr: none): these are not opened by Run::open.
+  std::shared_ptr<const KnownFiles> known;
 };
 
 enum class Section { Control, Instrument };
@@ -111,8 +128,11 @@ struct SequenceFile {
   std::map<std::string, std::vector<std::string>> source_groups;
   // INDEX arrays read while the file was open at Run::open, keyed by INDEX path
   // ("/INDEX/<source>[/<group>]"). Groups not found here are read on first use.
+  // Filled on first use under Run::mu_ (Run::fetch_index_locked).
   std::map<std::string, std::shared_ptr<const FileIndex>> index;
-  std::shared_ptr<H5File> file;
+  // True when described by the files map: format_version and source_groups are read from the
+  // file only when asked (Run::load_details).
+  bool from_map = false;
 };
 
 class Run;
@@ -158,9 +178,13 @@ class Run {
   // Sorted union of the files' train IDs (valid ones only without inc_suspect_trains).
   const std::vector<uint64_t>& train_ids() const { return train_ids_; }
   ArrayPtr train_ids_array() const { return train_ids_array_; }
-  int64_t proposal() const { return proposal_; }  // -1 when unknown
-  int64_t run_number() const { return run_number_; }
-  const std::string& format_version() const { return format_version_; }
+  // From the first file's METADATA (read then, for a run listed from a files map), file names
+  // and the path. -1 when unknown.
+  int64_t proposal() const;
+  int64_t run_number() const;
+  std::string format_version() const;
+  // How many of files() the files map described (not opened to list the run).
+  size_t files_from_map() const { return files_from_map_; }
 
   std::vector<std::string> source_names() const;  // sorted
   const Source& source(const std::string& name) const;  // throws Error(ENOENT)
@@ -213,28 +237,44 @@ class Run {
   void leave_out_files_being_written(std::vector<std::string>& paths);
   void load_files(const std::vector<std::string>& paths);
   void build_sources();
+  void identify() const;
+  // The files map's description of `path` (nullptr: none, or the run is read from an overview).
+  const KnownFile* known(const std::string& path) const;
+  // Runs fn(i) for every i < paths.size(), one thread per HDF5 helper, each taking the paths its
+  // helper is preferred for (one thread in process).
+  void for_each_file(const std::vector<std::string>& paths, const std::function<void(size_t)>& fn) const;
+  // Format version, METADATA values (first file) and notes of files the map described.
+  void load_details() const;
+  // INDEX first/count of (source, groups) in every file of s that lacks one, all files at once.
+  void fetch_index_locked(Source& s, const std::vector<std::string>& groups);
   void load_keys_locked(Source& s);
   std::shared_ptr<const GroupIndex> group_index_locked(Source& s, const std::string& group);
   Source& source_mut(const std::string& name);
-  void note_error(const std::string& msg);
+  void note_error(const std::string& msg) const;
 
   Engine& engine_;
   std::string dir_;
   RunOptions opts_;
   std::string overview_;
-  std::vector<SequenceFile> files_;
+  mutable std::vector<SequenceFile> files_;  // format_version of map files: load_details
   std::map<std::string, Source> sources_;
   std::vector<uint64_t> train_ids_;
   ArrayPtr train_ids_array_;
-  int64_t proposal_ = -1, run_number_ = -1;
-  std::string format_version_;
-  std::vector<std::pair<std::string, Value>> metadata_values_;
+  size_t files_from_map_ = 0;
+  // Lock level 2, taken before mu_ (never while holding it): held while load_details reads
+  // files; guards what it fills (proposal_, run_number_, format_version_, metadata_values_ and
+  // the files' format_version once details_loaded_).
+  mutable std::mutex details_mu_;
+  mutable bool details_loaded_ = false;
+  mutable int64_t proposal_ = -1, run_number_ = -1;
+  mutable std::string format_version_;
+  mutable std::vector<std::pair<std::string, Value>> metadata_values_;
   // Lock level 2 (docs/architecture.md): after vfs nodes, before VirtualArray::mu_ and the HDF5
   // lock; held while a source's keys and index groups are read. Guards Source lazy state,
   // errors_, timestamps_.
   mutable std::mutex mu_;
   ArrayPtr timestamps_;
-  std::vector<std::string> errors_;
+  mutable std::vector<std::string> errors_;
 };
 
 }  // namespace h5d::euxfel

@@ -72,12 +72,66 @@ void Run::load_keys_locked(Source& s) {
             [](const KeyInfo& a, const KeyInfo& b) { return a.name < b.name; });
 }
 
+void Run::fetch_index_locked(Source& s, const std::vector<std::string>& groups) {
+  const std::string base = "/INDEX/" + (s.alias_of_.empty() ? s.name_ : s.alias_of_);
+  auto path_of = [&](const std::string& g) { return base + (g.empty() ? "" : "/" + g); };
+  std::vector<std::string> paths;
+  std::vector<size_t> which;
+  for (size_t fi : s.files_) {
+    const SequenceFile& sf = files_[fi];
+    if (sf.train_ids.empty()) continue;  // KeyData._find_chunks skips files without trains
+    for (const std::string& g : groups) {
+      if (sf.index.count(path_of(g))) continue;
+      paths.push_back(sf.path);
+      which.push_back(fi);
+      break;
+    }
+  }
+  if (paths.empty()) return;
+  // One request per file (every group at once), all files at once over the helpers.
+  std::vector<std::vector<meta::IndexArrays>> got(paths.size());
+  std::vector<std::string> errs(paths.size());
+  for_each_file(paths, [&](size_t k) {
+    try {
+      got[k] = meta::read_index(*engine_.open_file(paths[k]), base, groups, files_[which[k]].train_ids.size());
+      if (got[k].size() != groups.size()) fail(EIO, "INDEX arrays of " + std::to_string(got[k].size()) + " groups for " +
+                                                        std::to_string(groups.size()));
+    } catch (const std::exception& e) {
+      errs[k] = e.what();
+    }
+  });
+  for (size_t k = 0; k < paths.size(); ++k) {
+    SequenceFile& sf = files_[which[k]];
+    for (size_t gi = 0; gi < groups.size(); ++gi) {
+      const std::string idx = path_of(groups[gi]);
+      if (sf.index.count(idx)) continue;
+      auto rd = std::make_shared<FileIndex>();
+      if (!errs[k].empty()) {
+        rd->error = errs[k];
+      } else {
+        rd->firsts = std::move(got[k][gi].firsts);
+        rd->counts = std::move(got[k][gi].counts);
+        rd->error = std::move(got[k][gi].error);
+      }
+      sf.index[idx] = std::move(rd);
+    }
+  }
+}
+
 std::shared_ptr<const GroupIndex> Run::group_index_locked(Source& s, const std::string& group) {
   auto it = s.groups_.find(group);
   if (it != s.groups_.end()) return it->second;
   auto gi = std::make_shared<GroupIndex>();
   std::string idx = "/INDEX/" + (s.alias_of_.empty() ? s.name_ : s.alias_of_) +
                     (group.empty() ? "" : "/" + group);
+  {
+    // The INDEX of this group in every file of the source, with the other groups of its keys
+    // (the source's directory lists them all next), in one sweep over its files.
+    std::set<std::string> groups{group};
+    if (s.keys_loaded_)
+      for (const KeyInfo& k : s.keys_) groups.insert(k.group);
+    fetch_index_locked(s, {groups.begin(), groups.end()});
+  }
   for (size_t fi : s.files_) {
     const SequenceFile& sf = files_[fi];
     size_t n = sf.train_ids.size();
@@ -88,15 +142,7 @@ std::shared_ptr<const GroupIndex> Run::group_index_locked(Source& s, const std::
       fidx = pre->second;
     } else {
       auto rd = std::make_shared<FileIndex>();
-      try {
-        meta::IndexArrays a =
-            meta::read_index(*engine_.open_file(sf.path), idx, {""}, n).front();
-        rd->firsts = std::move(a.firsts);
-        rd->counts = std::move(a.counts);
-        rd->error = std::move(a.error);
-      } catch (const std::exception& e) {
-        rd->error = e.what();
-      }
+      rd->error = "INDEX not read";
       fidx = std::move(rd);
     }
     if (!fidx->error.empty()) {

@@ -95,6 +95,8 @@ Value Run::run_values(const std::string& source) {
 }
 
 Value Run::metadata() const {
+  load_details();  // files the map described: their format version, the first file's METADATA
+  std::unique_lock<std::mutex> details(details_mu_);
   Value v = Value::object();
   v.set("directory", Value::string(dir_));
   v.set("proposal", proposal_ >= 0 ? Value::integer(proposal_) : Value::null());
@@ -137,6 +139,7 @@ Value Run::metadata() const {
     srcs.set(n, sv);
   }
   v.set("sources", srcs);
+  details.unlock();
   Value errs = Value::list();
   for (const std::string& e : errors()) errs.items.push_back(Value::string(e));
   v.set("errors", errs);

@@ -41,9 +41,10 @@ using detail::first_element;
 
 // What Run::load_files takes from one sequence file. In the daemon the whole of it is one HDF5
 // helper request (it runs there, in process): listing a run costs one round trip per file.
-meta::SequenceMeta meta::read_sequence_file(H5File& f, bool with_metadata) {
+meta::SequenceMeta meta::read_sequence_file(H5File& f, bool with_metadata, bool with_index) {
   if (HelperPool* hp = f.engine().helpers()) {
-    auto m = helper::call<SequenceMeta>(*hp, proto::Op::MetaSequenceFile, f.path(), "/", with_metadata);
+    auto m = helper::call<SequenceMeta>(*hp, proto::Op::MetaSequenceFile, f.path(), "/", with_metadata,
+                                        with_index);
     if (m.valid.size() != m.train_ids.size())
       fail(EIO, f.path() + ": sequence file metadata from the HDF5 helper: " + std::to_string(m.valid.size()) +
                     " validity flags for " + std::to_string(m.train_ids.size()) + " trains");
@@ -121,12 +122,11 @@ meta::SequenceMeta meta::read_sequence_file(H5File& f, bool with_metadata) {
   }
   m.control_sources.assign(control.begin(), control.end());
   m.instrument_sources.assign(instrument.begin(), instrument.end());
-  // The INDEX arrays of every (source, group), while the file is open: listing a source
-  // later needs no sequence file opened again.
+  // With with_index, the INDEX arrays of every (source, group), while the file is open.
   for (auto& [source, groups] : m.source_groups) {
     std::sort(groups.begin(), groups.end());
     groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
-    if (m.legacy.count(source) || m.train_ids.empty()) continue;  // read via canonical name
+    if (!with_index || m.legacy.count(source) || m.train_ids.empty()) continue;  // legacy: via canonical name
     std::string base = "/INDEX/" + source;
     std::vector<meta::IndexArrays> arrays = meta::read_index(f, base, groups, m.train_ids.size());
     for (size_t gi = 0; gi < groups.size(); ++gi)

@@ -924,13 +924,18 @@ void H5File::prefetch_infos(Engine& engine, const std::vector<std::pair<std::str
     std::vector<std::pair<std::string, std::string>> asked;
     for (const Todo& t : lane) asked.emplace_back(t.file->path(), t.dset);
     std::vector<proto::InfoAnswer> answers;
+    auto files_of = [](const std::vector<std::pair<std::string, std::string>>& pairs) {
+      std::vector<std::string> out;
+      for (const auto& [file, dset] : pairs) out.push_back(file);
+      return out;
+    };
     try {
       proto::Out o;
       proto::put(o, asked.front().first);
       proto::put(o, asked.front().second);
       proto::put(o, asked);
       answers = proto::decode_all<std::vector<proto::InfoAnswer>>(
-          hp->call_batch(proto::Op::DatasetInfos, asked.front().first, o.data(), proto::kMaxMetaReply));
+          hp->call_batch(proto::Op::DatasetInfos, files_of(asked), o.data(), proto::kMaxMetaReply));
     } catch (const std::exception& e) {
       log::debug(asked.front().first + " and " + std::to_string(asked.size() - 1) +
                  " other files: dataset_infos failed (" + e.what() + "); each is asked on its own");

@@ -309,12 +309,14 @@ size_t HelperPool::acquire(const std::string& file) {
     if (!slots_[pref].busy) {
       slots_[pref].busy = true;
       ++requests_;
+      count_file_locked(file);
       return pref;
     }
     for (size_t i = 0; i < slots_.size(); ++i) {
       if (!slots_[i].busy) {
         slots_[i].busy = true;
         ++requests_;
+        count_file_locked(file);
         return i;
       }
     }
@@ -395,9 +397,23 @@ std::string HelperPool::call_tentative(proto::Op op, const std::string& file, co
   return request(op, file, object, body, max_reply, false);
 }
 
-std::string HelperPool::call_batch(proto::Op op, const std::string& first_file, const std::string& body,
+std::string HelperPool::call_batch(proto::Op op, const std::vector<std::string>& files, const std::string& body,
                                    uint32_t max_reply) {
-  return request(op, first_file, "(a batch)", body, max_reply, false);
+  if (files.empty()) fail(EINVAL, "an HDF5 helper batch about no file");
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (size_t i = 1; i < files.size(); ++i) count_file_locked(files[i]);  // the first: by acquire
+  }
+  return request(op, files.front(), "(a batch)", body, max_reply, false);
+}
+
+void HelperPool::count_file_locked(const std::string& file) {
+  if (files_asked_.size() < kMaxFilesCounted) files_asked_.insert(file);
+}
+
+uint64_t HelperPool::files_asked() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return files_asked_.size();
 }
 
 std::string HelperPool::request(proto::Op op, const std::string& file, const std::string& object,
@@ -547,7 +563,12 @@ std::string dispatch(Engine& engine, Op op, proto::In& in, const std::string& fi
     case Op::MetaReadStrings: proto::put(o, meta::read_strings(*f, arg<std::string>(in))); break;
     case Op::MetaListDatasets: proto::put(o, meta::list_datasets(*f, arg<std::string>(in))); break;
     case Op::MetaListMembers: proto::put(o, meta::list_members(*f, arg<std::string>(in))); break;
-    case Op::MetaSequenceFile: proto::put(o, meta::read_sequence_file(*f, arg<bool>(in))); break;
+    case Op::MetaSequenceFile: {
+      const bool with_metadata = arg<bool>(in);
+      const bool with_index = arg<bool>(in);
+      proto::put(o, meta::read_sequence_file(*f, with_metadata, with_index));
+      break;
+    }
     case Op::DatasetsDetails: {
       arg<std::string>(in);  // the group they are in: for messages only
       const auto paths = arg<std::vector<std::string>>(in);

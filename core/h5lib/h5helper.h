@@ -24,6 +24,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "core/engine/fd_cache.h"
@@ -112,7 +113,9 @@ class HelperPool {
   // `first_file` prefers. A crash, hang or malformed reply restarts the helper and throws
   // Error(EIO) without logging or marking a file bad: the batch only saves round trips, and
   // the caller's requests file by file then find and name the file responsible.
-  std::string call_batch(proto::Op op, const std::string& first_file, const std::string& body, uint32_t max_reply);
+  // `files`: every file the batch is about (counted by files_asked), the first one chooses.
+  std::string call_batch(proto::Op op, const std::vector<std::string>& files, const std::string& body,
+                         uint32_t max_reply);
   // Whether `file` is marked bad now (its requests would fail at once): left out of batches.
   bool marked_bad(const std::string& file);
   // Starts every idle helper that is not running (a mount calls it once its loop can start):
@@ -129,6 +132,9 @@ class HelperPool {
   // Counters (stats.json).
   uint64_t requests() const;
   uint64_t failures() const;
+  // Distinct files the helpers were asked about (opened there), counted up to kMaxFilesCounted.
+  uint64_t files_asked() const;
+  static constexpr size_t kMaxFilesCounted = size_t{1} << 20;
 
  private:
   struct Slot {
@@ -155,6 +161,8 @@ class HelperPool {
   std::vector<Slot> slots_;
   std::map<std::string, Bad> bad_;
   uint64_t requests_ = 0, failures_ = 0;
+  std::unordered_set<std::string> files_asked_;  // at most kMaxFilesCounted
+  void count_file_locked(const std::string& file);
 };
 
 namespace helper {

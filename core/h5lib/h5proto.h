@@ -18,9 +18,9 @@
 namespace h5d::proto {
 
 constexpr uint32_t kMagic = 0x49443548;  // "H5DI" little-endian
-constexpr uint16_t kVersion = 7;  // 2: MetaSequenceFile; 3: LinkEntry::file; 4: the Write* ops; 5: DatasetsDetails;
+constexpr uint16_t kVersion = 8;  // 2: MetaSequenceFile; 3: LinkEntry::file; 4: the Write* ops; 5: DatasetsDetails;
                                   // 6: DatasetInfos, StorageInfo::damaged; 7: LinkEntry::ancestor,
-                                  // AttributeNames, Attribute
+                                  // AttributeNames, Attribute; 8: MetaSequenceFile's with_index
 constexpr size_t kHeaderSize = 16;        // magic u32, version u16, kind u16, seq u32, length u32
 constexpr uint32_t kMaxRequest = 1u << 20;
 // WriteChunk carries a chunk's encoded bytes: chunks are below 4 GiB (plan_dataset) and at most

@@ -1,6 +1,7 @@
 // The EuXFEL run model (core/euxfel/run.h) against runs written by tests/python/euxfel_mock.py,
 // whose expected arrays (what EXtra-data's run[source, key].ndarray() and
 // .train_id_coordinates() give) are computed from the generator's inputs, not read back.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include "core/euxfel/run.h"
 #include "core/h5lib/h5file.h"
 #include "core/h5lib/h5helper.h"
+#include "vfs/files_map.h"
 
 using h5d::euxfel::Run;
 using h5d::euxfel::RunOptions;
@@ -376,4 +378,128 @@ TEST_CASE("euxfel: a run opened through HDF5 helpers (its files read in parallel
     CHECK(!b->metadata().members.empty());
   }
   std::system(("rm -rf '" + out + "'").c_str());
+}
+
+TEST_CASE("euxfel: a run whose files a files map describes opens none of them and equals the run read from them",
+          "[euxfel]") {
+  if (!have_generator()) {
+    WARN("skipped: /usr/bin/python3 with h5py and numpy is needed to write test runs");
+    return;
+  }
+  std::string out = generate("--format 1.3 --scenario corr");
+  REQUIRE(!out.empty());
+  auto m = load_manifest(out);
+  const std::string dir = m["run_dir"].get<std::string>();
+  h5d::EngineOptions with_helpers;
+  with_helpers.helper = h5d::HelperOptions{H5D_HELPER_PATH, 2, 20000, 30000};
+  h5d::Engine local(h5d::EngineOptions{}), remote(with_helpers);
+  auto a = Run::open(local, dir);
+  auto known = std::make_shared<h5d::euxfel::KnownFiles>();
+  for (const auto& f : a->files()) {
+    h5d::euxfel::KnownFile k;
+    k.train_ids = f.train_ids;
+    k.valid = f.valid;
+    k.control_sources = f.control_sources;
+    k.instrument_sources = f.instrument_sources;
+    k.legacy = f.legacy;
+    (*known)[f.name] = k;
+  }
+  known->erase(a->files().back().name);  // one file the map does not describe: read
+  RunOptions opts;
+  opts.known = known;
+  auto b = Run::open(remote, dir, opts);
+  CHECK(b->files_from_map() == a->files().size() - 1);
+  CHECK(remote.helpers()->files_asked() == 1);  // only the file the map left out
+  REQUIRE(b->files().size() == a->files().size());
+  CHECK(b->train_ids() == a->train_ids());
+  CHECK(b->source_names() == a->source_names());
+  for (const std::string& src : a->source_names()) {
+    INFO(src);
+    CHECK(b->source(src).alias_of() == a->source(src).alias_of());
+    CHECK(b->source(src).files() == a->source(src).files());
+  }
+  CHECK(read_all(local, *a->train_flags_array()) == read_all(remote, *b->train_flags_array()));
+  // One module's key: its files are opened, no other.
+  const std::string mod = "SPB_DET_AGIPD1M-1/CORR/0CH0:output";
+  CHECK(read_all(local, *a->key_array(mod, "image.data")) == read_all(remote, *b->key_array(mod, "image.data")));
+  CHECK(read_all(local, *a->key_train_ids(mod, "image.data")) == read_all(remote, *b->key_train_ids(mod, "image.data")));
+  CHECK(remote.helpers()->files_asked() == 1 + b->source(mod).files().size());
+  // run.json's details (format version, METADATA of the first file) are read when asked.
+  CHECK(b->format_version() == a->format_version());
+  CHECK(b->proposal() == a->proposal());
+  CHECK(b->run_number() == a->run_number());
+  const h5d::Value ma = a->metadata(), mb = b->metadata();
+  REQUIRE(mb.members.size() == ma.members.size());
+  for (size_t i = 0; i < ma.members.size(); ++i) CHECK(mb.members[i].first == ma.members[i].first);
+  std::system(("rm -rf '" + out + "'").c_str());
+}
+
+TEST_CASE("euxfel: files map entries are used only when they match their files, and damaged maps not at all",
+          "[euxfel]") {
+  const std::string dir = tmp_root() + "/files-map-" + std::to_string(::getpid());
+  REQUIRE(std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").c_str()) == 0);
+  auto make = [&](const std::string& name, size_t bytes) {
+    std::ofstream(dir + "/" + name) << std::string(bytes, 'x');
+    // mtime 1600000000.5 s: a double Python prints, and parses back, exactly
+    const timespec t[2] = {{1600000000, 500000000}, {1600000000, 500000000}};
+    REQUIRE(::utimensat(AT_FDCWD, (dir + "/" + name).c_str(), t, 0) == 0);
+  };
+  make("A.h5", 10);
+  make("B.h5", 20);
+  make("C.h5", 30);
+  auto entry = [](const std::string& name, const std::string& mtime, size_t size, const std::string& rest) {
+    return "{\"filename\": \"" + name + "\", \"mtime\": " + mtime + ", \"size\": " + std::to_string(size) + rest + "}";
+  };
+  const std::string full = ", \"train_ids\": [5, 6, 7], \"control_sources\": [\"X/Y\"], \"instrument_sources\": "
+                           "[\"D/DET/0CH0:xtdf\", \"D/DET/0CH0:xtdf\"], \"legacy_sources\": {}, "
+                           "\"suspect_train_indices\": [1]";
+  std::string why;
+  size_t left_out = 0;
+  auto k = h5d::vfs::parse_files_map(
+      dir,
+      "[" + entry("A.h5", "1600000000.5", 10, full) + ", " + entry("B.h5", "1600000000.25", 20, full) + ", " +
+          entry("C.h5", "1600000000.5", 31, full) + ", " + entry("../A.h5", "1600000000.5", 10, full) + ", " +
+          entry("D.h5", "1600000000.5", 10, full) + ", " +
+          // an older EXtra-data's entry, without suspect_train_indices and legacy_sources
+          entry("A.h5", "1600000000.5", 10, ", \"train_ids\": [5], \"control_sources\": [], \"instrument_sources\": []") +
+          ", 17, null]",
+      &why, &left_out);
+  CHECK(why.empty());
+  CHECK(left_out == 7);  // mtime, size, path, missing file, missing keys, two non-objects
+  REQUIRE(k.size() == 1);
+  const auto& a = k.at("A.h5");
+  CHECK(a.train_ids == std::vector<uint64_t>{5, 6, 7});
+  CHECK(a.valid == std::vector<uint8_t>{1, 0, 1});
+  CHECK(a.instrument_sources == std::vector<std::string>{"D/DET/0CH0:xtdf"});
+  CHECK(a.control_sources == std::vector<std::string>{"X/Y"});
+  // Wrong types and out-of-range indices: the entry is left out, nothing else happens.
+  for (const std::string& bad : {std::string(", \"train_ids\": [\"5\"]"), std::string(", \"train_ids\": [-5]"),
+                                 std::string(", \"train_ids\": {}"),
+                                 std::string(", \"suspect_train_indices\": [3]"),
+                                 std::string(", \"legacy_sources\": [\"a\"]"),
+                                 std::string(", \"control_sources\": [1]")}) {
+    INFO(bad);
+    std::string text = entry("A.h5", "1600000000.5", 10, full);
+    // a later key of the same name wins in nlohmann's object: put the bad one last
+    text.insert(text.size() - 1, bad);
+    k = h5d::vfs::parse_files_map(dir, "[" + text + "]", &why, &left_out);
+    CHECK(why.empty());
+    CHECK(k.empty());
+    CHECK(left_out == 1);
+  }
+  for (const std::string& garbage : {std::string("not json"), std::string("{\"filename\": \"A.h5\"}"), std::string("["),
+                                     std::string("\"[]\""), std::string(100000, '[')}) {
+    k = h5d::vfs::parse_files_map(dir, garbage, &why, &left_out);
+    CHECK(!why.empty());
+    CHECK(k.empty());
+  }
+  // read_files_map: the file in the run directory; none there, nothing.
+  CHECK(h5d::vfs::read_files_map(dir) == nullptr);
+  std::ofstream(dir + "/karabo_data_map.json") << "[" << entry("B.h5", "1600000000.5", 20, full) << "]";
+  std::string used;
+  auto r = h5d::vfs::read_files_map(dir, &used);
+  REQUIRE(r);
+  CHECK(used == dir + "/karabo_data_map.json");
+  CHECK(r->count("B.h5") == 1);
+  std::system(("rm -rf '" + dir + "'").c_str());
 }
