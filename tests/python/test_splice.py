@@ -77,6 +77,8 @@ def test_bytes_are_h5pys_whichever_way_they_are_replied(src, opts):
 @pytest.mark.parametrize('name,spliced', [('contig', True), ('rows', True), ('be', True),
                                           ('narrow', False), ('gz', False)])
 def test_only_bytes_stored_verbatim_are_spliced(src, name, spliced):
+    with open(osp.join(src, 'u.h5'), 'rb') as f:
+        f.read()  # in the page cache: only cached bytes are spliced (the next test)
     m = tl.Mount(src)
     try:
         raw = m.path('u.h5', name + '.raw')
@@ -88,6 +90,33 @@ def test_only_bytes_stored_verbatim_are_spliced(src, name, spliced):
             assert s['bytes_spliced'] == size, s
         else:
             assert s['bytes_spliced'] == 0, s
+    finally:
+        m.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason='dropping the page cache needs root')
+def test_cold_bytes_are_read_not_spliced_then_spliced_once_cached(src):
+    """A splice reads what the source's page cache lacks inside the request, one request at a
+    time: cold bytes are read (in requests spread over the I/O depth), cached ones spliced."""
+    m = tl.Mount(src)
+    try:
+        raw = m.path('u.h5', 'contig.raw')
+        size = os.stat(raw).st_size
+        with h5py.File(osp.join(src, 'u.h5')) as f:
+            exp = f['contig'][()].tobytes()
+        with open('/proc/sys/vm/drop_caches', 'w') as f:
+            os.sync()
+            f.write('3\n')
+        assert read_in_pieces(raw) == exp
+        s = m.stats()
+        assert s['splice_cold'] > 0 and s['bytes_spliced'] < size, s
+        with open('/proc/sys/vm/drop_caches', 'w') as f:
+            f.write('1\n')  # the mount's pages of the file go (so do the source's)
+        with open(osp.join(src, 'u.h5'), 'rb') as f:
+            f.read()  # the source cached again
+        before = m.stats()['bytes_spliced']
+        assert read_in_pieces(raw) == exp
+        assert m.stats()['bytes_spliced'] - before == size
     finally:
         m.close()
 
