@@ -6,20 +6,22 @@ void CpuGate::acquire(bool urgent) {
   std::unique_lock<std::mutex> lk(mu_);
   if (urgent) {
     ++urgent_waiting_;
-    cv_.wait(lk, [&] { return free_ > 0; });
+    urgent_cv_.wait(lk, [&] { return free_ > 0; });
     --urgent_waiting_;
+    --free_;
+    // The last urgent waiter gone and a slot still free: a deferring waiter may take it.
+    if (urgent_waiting_ == 0 && free_ > 0) normal_cv_.notify_one();
   } else {
-    cv_.wait(lk, [&] { return free_ > 0 && urgent_waiting_ == 0; });
+    normal_cv_.wait(lk, [&] { return free_ > 0 && urgent_waiting_ == 0; });
+    --free_;
   }
-  --free_;
 }
 
 void CpuGate::release() {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    ++free_;
-  }
-  cv_.notify_all();  // an urgent waiter must not miss the slot to a deferring one
+  std::lock_guard<std::mutex> lk(mu_);
+  ++free_;
+  if (urgent_waiting_ > 0) urgent_cv_.notify_one();
+  else normal_cv_.notify_one();
 }
 
 struct ThreadPool::Batch {

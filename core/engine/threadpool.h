@@ -48,7 +48,9 @@ class CpuGate {
   void acquire(bool urgent);
   void release();
   std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf
-  std::condition_variable cv_;
+  // One waiter is woken per freed slot (an urgent one first): dozens of I/O workers may wait
+  // here, and waking them all at each decode cost more than the decode on two cores.
+  std::condition_variable urgent_cv_, normal_cv_;
   unsigned free_;
   unsigned urgent_waiting_ = 0;
 };
