@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "core/engine/buffer_pool.h"
 #include "core/engine/chunk_cache.h"
@@ -64,7 +65,9 @@ Engine::Engine(EngineOptions opts) : opts_(opts) {
   // One file's tasks may hold io_depth workers (or `threads`, so that one file still decodes on
   // every core); the pool has twice that, so a file whose reads hang leaves as many to others.
   const unsigned per_file = std::max(opts_.io_depth, opts_.threads);
-  pool_ = std::make_unique<ThreadPool>(2 * per_file, per_file);
+  const unsigned pool_n = getenv("H5D_EXP_POOL") ? unsigned(atoi(getenv("H5D_EXP_POOL"))) : 2 * per_file;
+  const unsigned cap_n = getenv("H5D_EXP_CAP") ? unsigned(atoi(getenv("H5D_EXP_CAP"))) : per_file;
+  pool_ = std::make_unique<ThreadPool>(pool_n, cap_n, opts_.threads);
   fds_ = std::make_unique<FdCache>(opts_.max_open_files);
   cache_ = std::make_unique<ChunkCache>(opts_.cache_bytes);
   // Idle decode buffers on top of the cache budget: an eighth of it, at most 64 MiB; 4 MiB of
@@ -115,7 +118,8 @@ void Engine::forget_file(const std::string& path) {
 }
 
 uint64_t Engine::request_size(uint64_t bytes) const {
-  return std::clamp<uint64_t>(bytes / std::max(1u, opts_.io_depth), kMinRequest, kMaxRequest);
+  static const unsigned d = getenv("H5D_EXP_REQ") ? unsigned(atoi(getenv("H5D_EXP_REQ"))) : 0;
+  return std::clamp<uint64_t>(bytes / std::max(1u, d ? d : opts_.io_depth), kMinRequest, kMaxRequest);
 }
 
 void Engine::run(ReadPlan& plan) {
@@ -134,7 +138,13 @@ void Engine::source_read(int fd, void* buf, uint64_t n, uint64_t off, const std:
   } done{stats_.source_in_flight};
   const bool dbg = log::debug_enabled();
   const auto t0 = dbg ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-  pread_exact(fd, buf, n, off, what);
+  {
+    // A read the page cache cannot answer waits for the storage: another worker may start
+    // meanwhile (that is the I/O depth). One it can answer is a copy: the worker keeps its place.
+    std::optional<ThreadPool::Waiting> waiting;
+    if (!source_resident(fd, off, n)) waiting.emplace();
+    pread_exact(fd, buf, n, off, what);
+  }
   stats_.source_requests.fetch_add(1, std::memory_order_relaxed);
   stats_.bytes_pread.fetch_add(n, std::memory_order_relaxed);
   if (dbg) {

@@ -1,27 +1,31 @@
 #include "core/engine/threadpool.h"
 
+#include <algorithm>
+
 namespace h5d {
 
 void CpuGate::acquire(bool urgent) {
   std::unique_lock<std::mutex> lk(mu_);
-  if (urgent) {
-    ++urgent_waiting_;
-    urgent_cv_.wait(lk, [&] { return free_ > 0; });
-    --urgent_waiting_;
+  if (free_ > 0) {  // nobody waits while a slot is free: release hands slots to waiters
     --free_;
-    // The last urgent waiter gone and a slot still free: a deferring waiter may take it.
-    if (urgent_waiting_ == 0 && free_ > 0) normal_cv_.notify_one();
-  } else {
-    normal_cv_.wait(lk, [&] { return free_ > 0 && urgent_waiting_ == 0; });
-    --free_;
+    return;
   }
+  Waiter w;
+  (urgent ? urgent_ : normal_).push_back(&w);
+  w.cv.wait(lk, [&] { return w.granted; });
 }
 
 void CpuGate::release() {
   std::lock_guard<std::mutex> lk(mu_);
-  ++free_;
-  if (urgent_waiting_ > 0) urgent_cv_.notify_one();
-  else normal_cv_.notify_one();
+  std::deque<Waiter*>& q = !urgent_.empty() ? urgent_ : normal_;
+  if (q.empty()) {
+    ++free_;
+    return;
+  }
+  Waiter* w = q.front();
+  q.pop_front();
+  w->granted = true;
+  w->cv.notify_one();
 }
 
 struct ThreadPool::Batch {
@@ -56,17 +60,35 @@ struct ThreadPool::Batch {
   }
 };
 
-ThreadPool::ThreadPool(unsigned threads, unsigned per_key) : per_key_(per_key) {
+namespace {
+thread_local ThreadPool* t_worker_of = nullptr;  // the pool whose worker this thread is
+}  // namespace
+
+ThreadPool::Waiting::Waiting() : pool_(t_worker_of) {
+  if (!pool_) return;
+  std::lock_guard<std::mutex> lk(pool_->mu_);
+  if (pool_->active_-- == pool_->cpu_ && pool_->cpu_) pool_->wake_locked(1);  // a worker may take a task now
+}
+
+ThreadPool::Waiting::~Waiting() {
+  if (!pool_) return;
+  std::lock_guard<std::mutex> lk(pool_->mu_);
+  ++pool_->active_;
+}
+
+ThreadPool::ThreadPool(unsigned threads, unsigned per_key, unsigned cpu) : per_key_(per_key), cpu_(cpu) {
   if (threads == 0) threads = 1;
-  for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  for (unsigned i = 0; i < threads; ++i) idle_slots_.push_back(std::make_unique<IdleSlot>());
+  idle_.reserve(threads);
+  for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
+    wake_locked(workers_.size());
   }
-  cv_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
@@ -75,14 +97,25 @@ void ThreadPool::work_on(Batch& b) {
 }
 
 void ThreadPool::wake(size_t n) {
-  if (n >= workers_.size()) {
-    cv_.notify_all();
-    return;
+  std::lock_guard<std::mutex> lk(mu_);
+  // Only as many as may take a task now; the others are woken as places free up.
+  if (cpu_) n = std::min<size_t>(n, active_ < cpu_ ? cpu_ - active_ : 0);
+  wake_locked(n);
+}
+
+void ThreadPool::wake_locked(size_t n) {
+  // The most recently idle first: its buffers and stack are warm, and the pool's extra workers
+  // (there for the source's latency) stay asleep while the source answers at once.
+  while (n-- > 0 && !idle_.empty()) {
+    IdleSlot& s = *idle_slots_[idle_.back()];
+    idle_.pop_back();
+    s.woken = true;
+    s.cv.notify_one();
   }
-  for (size_t k = 0; k < n; ++k) cv_.notify_one();
 }
 
 std::shared_ptr<ThreadPool::Batch> ThreadPool::pick_locked() {
+  if (cpu_ && active_ >= cpu_) return nullptr;
   for (auto it = queue_.begin(); it != queue_.end();) {
     const std::shared_ptr<Batch>& b = *it;
     if (b->next.load() >= b->tasks.size()) {  // every task claimed: it leaves the queue
@@ -102,7 +135,9 @@ std::shared_ptr<ThreadPool::Batch> ThreadPool::pick_locked() {
   return nullptr;
 }
 
-void ThreadPool::worker_loop() {
+void ThreadPool::worker_loop(unsigned me) {
+  t_worker_of = this;
+  IdleSlot& idle = *idle_slots_[me];
   for (;;) {
     std::shared_ptr<Batch> b;
     size_t i = 0;
@@ -118,23 +153,26 @@ void ThreadPool::worker_loop() {
           if (i < b->tasks.size()) break;
           continue;  // pick_locked drops it next time
         }
-        cv_.wait(lk);
+        idle.woken = false;
+        idle_.push_back(me);
+        idle.cv.wait(lk, [&] { return idle.woken || stop_; });
       }
       if (b->key) ++running_[b->key];
+      ++active_;
       if (++busy_ > busy_max_.load(std::memory_order_relaxed)) busy_max_.store(busy_, std::memory_order_relaxed);
     }
     b->run(i);
-    bool was_capped = false;
     {
       std::lock_guard<std::mutex> lk(mu_);
       --busy_;
+      bool was_capped = active_-- == cpu_ && cpu_;
       if (b->key) {
         auto r = running_.find(b->key);
-        was_capped = per_key_ && r->second == per_key_;
+        was_capped = was_capped || (per_key_ && r->second == per_key_);
         if (--r->second == 0) running_.erase(r);
       }
+      if (was_capped) wake_locked(1);  // a worker may take what this one could not
     }
-    if (was_capped) cv_.notify_one();  // a worker may wait for this key's batches
   }
 }
 
@@ -156,6 +194,7 @@ void ThreadPool::run_all(std::vector<std::function<void()>>& tasks, uint64_t key
   wake(b->tasks.size() - 1);  // the caller takes one
   work_on(*b);
   {
+    Waiting waiting;  // a worker waiting for its nested batch leaves its place to another
     std::unique_lock<std::mutex> lk(b->mu);
     b->cv.wait(lk, [&] { return b->finished; });
   }

@@ -27,9 +27,12 @@ namespace h5d {
 
 // A counting semaphore for CPU-bound work (decoding, encoding): at most `slots` holders at once,
 // whatever the number of threads doing I/O. Waiting holds no lock of ours.
-// A reader's own work (`urgent`: the chunk a FUSE request waits for) takes the next free slot
-// before decode-ahead does: ahead of a stream the pool keeps every slot busy, and a reader that
-// queued behind it would wait for work done for its future.
+// Slots are handed out in order of asking, a reader's own work (`urgent`: the chunk a FUSE
+// request waits for) before decode-ahead. In order, because decode-ahead asks in the stream's
+// order, and a reader waiting for a chunk that a worker has claimed (the decoded-chunk cache's
+// in-flight entry) waits for that worker's turn: with dozens of I/O workers at the gate, an
+// unordered wake-up left the chunk the reader needed next behind the ones it needs later (warm
+// full reads 30% slower). A freed slot goes straight to the next waiter (one wake-up per slot).
 class CpuGate {
  public:
   explicit CpuGate(unsigned slots) : free_(slots ? slots : 1) {}
@@ -45,20 +48,26 @@ class CpuGate {
   };
 
  private:
+  struct Waiter {
+    std::condition_variable cv;
+    bool granted = false;
+  };
   void acquire(bool urgent);
   void release();
-  std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf
-  // One waiter is woken per freed slot (an urgent one first): dozens of I/O workers may wait
-  // here, and waking them all at each decode cost more than the decode on two cores.
-  std::condition_variable urgent_cv_, normal_cv_;
+  std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards all below
   unsigned free_;
-  unsigned urgent_waiting_ = 0;
+  std::deque<Waiter*> urgent_, normal_;  // waiting, in order of asking
 };
 
 class ThreadPool {
  public:
   // `per_key`: how many workers may run tasks of one keyed batch's key at once (0: no limit).
-  explicit ThreadPool(unsigned threads, unsigned per_key = 0);
+  // `cpu`: how many workers may be busy other than waiting (on the source: `Waiting`, or for a
+  // nested batch) when a worker takes a task (0: no limit). Warm, where a read returns at once,
+  // that keeps `cpu` workers on the tasks, in their order; on slow storage every worker that
+  // waits for the source lets another start, up to the pool's size and `per_key`: the depth
+  // follows from how long the source takes, not from a setting tuned to it.
+  explicit ThreadPool(unsigned threads, unsigned per_key = 0, unsigned cpu = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -74,6 +83,19 @@ class ThreadPool {
   // tasks themselves where useful).
   bool try_run_detached(std::vector<std::function<void()>> tasks, size_t max_pending = 64, uint64_t key = 0);
 
+  // Marks the calling thread, while it lives, as waiting (on the source): a pool worker so marked
+  // does not count against `cpu`. Other threads: nothing.
+  class Waiting {
+   public:
+    Waiting();
+    ~Waiting();
+    Waiting(const Waiting&) = delete;
+    Waiting& operator=(const Waiting&) = delete;
+
+   private:
+    ThreadPool* pool_;
+  };
+
   unsigned size() const { return static_cast<unsigned>(workers_.size()); }
   unsigned per_key() const { return per_key_; }
   // The most workers seen running tasks at once (statistics).
@@ -81,18 +103,26 @@ class ThreadPool {
 
  private:
   struct Batch;
-  void worker_loop();
+  void worker_loop(unsigned me);
   static void work_on(Batch& b);
   void wake(size_t n);  // wakes up to n idle workers
+  void wake_locked(size_t n);  // under mu_
   // The first queued batch a worker may join (its key below the limit), or null. Under mu_.
   std::shared_ptr<Batch> pick_locked();
 
   std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards queue_, stop_, detached_pending_, running_
-  std::condition_variable cv_;
+  struct IdleSlot {
+    std::condition_variable cv;
+    bool woken = false;
+  };
+  std::vector<std::unique_ptr<IdleSlot>> idle_slots_;  // one per worker
+  std::vector<unsigned> idle_;  // idle workers, the most recently idle last
   std::deque<std::shared_ptr<Batch>> queue_;  // synchronous batches first, then detached ones
   size_t detached_pending_ = 0;
   bool stop_ = false;
   unsigned per_key_ = 0;
+  unsigned cpu_ = 0;
+  unsigned active_ = 0;  // workers in a task and not Waiting
   std::unordered_map<uint64_t, unsigned> running_;  // workers in a task of each key
   unsigned busy_ = 0;
   std::atomic<unsigned> busy_max_{0};

@@ -34,11 +34,12 @@ TEST_CASE("a source request is the read spread over the I/O depth, within its bo
 }
 
 TEST_CASE("a file's tasks hold at most their share of the pool; another file's run meanwhile", "[core][io]") {
-  ThreadPool pool(4, 2);
+  // Declared before the pool: its workers run tasks that use them until the pool is destroyed.
   std::mutex mu;
   std::condition_variable cv;
   bool release = false;
-  std::atomic<int> blocked{0}, most{0};
+  std::atomic<int> blocked{0}, most{0}, finished{0};
+  ThreadPool pool(4, 2);
   std::vector<std::function<void()>> hang;
   for (int i = 0; i < 8; ++i)
     hang.push_back([&] {
@@ -48,6 +49,7 @@ TEST_CASE("a file's tasks hold at most their share of the pool; another file's r
       std::unique_lock<std::mutex> lk(mu);
       cv.wait(lk, [&] { return release; });
       --blocked;
+      ++finished;
     });
   REQUIRE(pool.try_run_detached(std::move(hang), 64, /*key=*/1));
   for (int i = 0; i < 200 && blocked.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -71,6 +73,8 @@ TEST_CASE("a file's tasks hold at most their share of the pool; another file's r
     release = true;
   }
   cv.notify_all();
+  for (int i = 0; i < 2000 && finished.load() < 8; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(finished.load() == 8);  // the rest of the file's tasks ran once its workers were free
 }
 
 namespace {
