@@ -77,7 +77,8 @@ Engine::Engine(EngineOptions opts) : opts_(opts) {
 }
 
 Engine::~Engine() {
-  pool_.reset();  // join workers before the caches they use go away
+  pool_->shutdown();  // join workers before the caches they use go away (their last tasks may use the pool)
+  pool_.reset();
   {
     h5::Lock lk = h5::lock();
     std::lock_guard<std::mutex> lk2(files_mu_);

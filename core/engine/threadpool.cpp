@@ -83,13 +83,16 @@ ThreadPool::ThreadPool(unsigned threads, unsigned per_key, unsigned cpu) : per_k
   for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { shutdown(); }
+
+void ThreadPool::shutdown() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
     wake_locked(workers_.size());
   }
-  for (auto& t : workers_) t.join();
+  for (auto& t : workers_)
+    if (t.joinable()) t.join();
 }
 
 void ThreadPool::work_on(Batch& b) {

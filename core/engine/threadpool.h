@@ -96,6 +96,11 @@ class ThreadPool {
     ThreadPool* pool_;
   };
 
+  // Runs what is queued, then ends the workers (the destructor does it too). Tasks still running
+  // may use the pool meanwhile (a nested batch runs on its caller): its owner calls this before
+  // letting the pool go.
+  void shutdown();
+
   unsigned size() const { return static_cast<unsigned>(workers_.size()); }
   unsigned per_key() const { return per_key_; }
   // The most workers seen running tasks at once (statistics).
