@@ -76,11 +76,22 @@ ThreadPool::Waiting::~Waiting() {
   ++pool_->active_;
 }
 
-ThreadPool::ThreadPool(unsigned threads, unsigned per_key, unsigned cpu) : per_key_(per_key), cpu_(cpu) {
-  if (threads == 0) threads = 1;
-  for (unsigned i = 0; i < threads; ++i) idle_slots_.push_back(std::make_unique<IdleSlot>());
-  idle_.reserve(threads);
-  for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+ThreadPool::ThreadPool(unsigned threads, unsigned per_key, unsigned cpu)
+    : per_key_(per_key), cpu_(cpu), max_workers_(threads ? threads : 1) {
+  // With a CPU limit, workers beyond it start when they are needed: when a worker waits for the
+  // source and a task is waiting for a worker (wake_locked). Where the source answers at once
+  // the pool stays at `cpu` threads.
+  const unsigned first = cpu_ ? std::min(max_workers_, cpu_) : max_workers_;
+  std::lock_guard<std::mutex> lk(mu_);
+  idle_.reserve(max_workers_);
+  workers_.reserve(max_workers_);
+  for (unsigned i = 0; i < first; ++i) spawn_locked();
+}
+
+void ThreadPool::spawn_locked() {
+  const unsigned i = static_cast<unsigned>(workers_.size());
+  idle_slots_.push_back(std::make_unique<IdleSlot>());
+  workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() { shutdown(); }
@@ -109,12 +120,14 @@ void ThreadPool::wake(size_t n) {
 void ThreadPool::wake_locked(size_t n) {
   // The most recently idle first: its buffers and stack are warm, and the pool's extra workers
   // (there for the source's latency) stay asleep while the source answers at once.
-  while (n-- > 0 && !idle_.empty()) {
+  for (; n > 0 && !idle_.empty(); --n) {
     IdleSlot& s = *idle_slots_[idle_.back()];
     idle_.pop_back();
     s.woken = true;
     s.cv.notify_one();
   }
+  // None idle: a new worker, if there is work for it and the pool may grow.
+  for (; n > 0 && !stop_ && workers_.size() < max_workers_ && !queue_.empty(); --n) spawn_locked();
 }
 
 std::shared_ptr<ThreadPool::Batch> ThreadPool::pick_locked() {
@@ -140,7 +153,12 @@ std::shared_ptr<ThreadPool::Batch> ThreadPool::pick_locked() {
 
 void ThreadPool::worker_loop(unsigned me) {
   t_worker_of = this;
-  IdleSlot& idle = *idle_slots_[me];
+  IdleSlot* slot;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    slot = idle_slots_[me].get();
+  }
+  IdleSlot& idle = *slot;
   for (;;) {
     std::shared_ptr<Batch> b;
     size_t i = 0;

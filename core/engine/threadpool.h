@@ -101,7 +101,8 @@ class ThreadPool {
   // letting the pool go.
   void shutdown();
 
-  unsigned size() const { return static_cast<unsigned>(workers_.size()); }
+  // The most workers it runs (those beyond `cpu` start when the source keeps workers waiting).
+  unsigned size() const { return max_workers_; }
   unsigned per_key() const { return per_key_; }
   // The most workers seen running tasks at once (statistics).
   unsigned busy_max() const { return busy_max_.load(std::memory_order_relaxed); }
@@ -112,6 +113,7 @@ class ThreadPool {
   static void work_on(Batch& b);
   void wake(size_t n);  // wakes up to n idle workers
   void wake_locked(size_t n);  // under mu_
+  void spawn_locked();  // under mu_
   // The first queued batch a worker may join (its key below the limit), or null. Under mu_.
   std::shared_ptr<Batch> pick_locked();
 
@@ -127,6 +129,7 @@ class ThreadPool {
   bool stop_ = false;
   unsigned per_key_ = 0;
   unsigned cpu_ = 0;
+  const unsigned max_workers_;
   unsigned active_ = 0;  // workers in a task and not Waiting
   std::unordered_map<uint64_t, unsigned> running_;  // workers in a task of each key
   unsigned busy_ = 0;
