@@ -271,6 +271,13 @@ void op_init(void* userdata, fuse_conn_info* conn) {
     c.splice_max = splice_max_read();
   }
   if (c.max_read) conn->max_read = c.max_read;
+  // The kernel sends read-ahead (and every page-cache read) as background requests, at most
+  // max_background at once per mount (12 by default): readers blocked on a source that never
+  // answers (data on tape) would hold them all, and then every other file's reads would wait in
+  // the kernel before reaching us. Allow as many as there are request threads (the kernel caps
+  // it for users at fs.fuse.max_user_bgreq).
+  conn->max_background = std::max<unsigned>(conn->max_background, c.opts.max_threads);
+  conn->congestion_threshold = std::max<unsigned>(conn->congestion_threshold, conn->max_background * 3 / 4);
 }
 
 fuse_entry_param entry_of(fuse_req_t req, const vfs::Attr& a) {
