@@ -65,9 +65,7 @@ Engine::Engine(EngineOptions opts) : opts_(opts) {
   // One file's tasks may hold io_depth workers (or `threads`, so that one file still decodes on
   // every core); the pool has twice that, so a file whose reads hang leaves as many to others.
   const unsigned per_file = std::max(opts_.io_depth, opts_.threads);
-  const unsigned pool_n = getenv("H5D_EXP_POOL") ? unsigned(atoi(getenv("H5D_EXP_POOL"))) : 2 * per_file;
-  const unsigned cap_n = getenv("H5D_EXP_CAP") ? unsigned(atoi(getenv("H5D_EXP_CAP"))) : per_file;
-  pool_ = std::make_unique<ThreadPool>(pool_n, cap_n, opts_.threads);
+  pool_ = std::make_unique<ThreadPool>(2 * per_file, per_file, opts_.threads);
   fds_ = std::make_unique<FdCache>(opts_.max_open_files);
   cache_ = std::make_unique<ChunkCache>(opts_.cache_bytes);
   // Idle decode buffers on top of the cache budget: an eighth of it, at most 64 MiB; 4 MiB of
@@ -119,8 +117,7 @@ void Engine::forget_file(const std::string& path) {
 }
 
 uint64_t Engine::request_size(uint64_t bytes) const {
-  static const unsigned d = getenv("H5D_EXP_REQ") ? unsigned(atoi(getenv("H5D_EXP_REQ"))) : 0;
-  return std::clamp<uint64_t>(bytes / std::max(1u, d ? d : opts_.io_depth), kMinRequest, kMaxRequest);
+  return std::clamp<uint64_t>(bytes / std::max(1u, opts_.io_depth), kMinRequest, kMaxRequest);
 }
 
 void Engine::run(ReadPlan& plan) {
