@@ -127,7 +127,8 @@ void plan_readahead(Engine& engine, const std::string& path, const FileIdentity&
   }
   const uint64_t piece = std::min(plan.request ? plan.request : Engine::kMinRequest, Engine::kMaxScratchRequest);
   const uint64_t key = file_key(path);
-  for (auto [off, len] : ranges) {
+  for (const auto& range : ranges) {
+    uint64_t off = range.first, len = range.second;  // not a structured binding: lambdas capture these
     while (len > 0) {
       const uint64_t n = std::min(piece, len);
       plan.add([&engine, path, id, what, off, n] {
