@@ -36,7 +36,6 @@
 #include <time.h>
 #include <unistd.h>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 namespace {
@@ -205,7 +204,6 @@ struct State {
   // here until the loop ends (libfuse cancels its workers then).
   std::mutex hang_mu;
   std::condition_variable hang_cv;
-  std::unordered_set<int> hang_fds;
   bool stopping = false;
   fuse_session* se = nullptr;
 
@@ -218,6 +216,45 @@ struct State {
 };
 
 State g;
+
+// One open file. The kernel may answer a READ's interruption by releasing the file while the READ
+// is still served here (seen under the cold matrix: a stats file freed under its reader, a source
+// descriptor closed and reused by another open under a pread): so a handle is shared by the
+// table and by every request using it, and its descriptor closes when the last one lets go.
+struct Handle {
+  int fd = -1;              // the source file; -1 for a stats file
+  bool hangs = false;       // --hang names it
+  std::string stats;        // a stats file's snapshot, taken at open
+  ~Handle() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+std::mutex handles_mu;
+std::unordered_map<uint64_t, std::shared_ptr<const Handle>> handles;
+uint64_t next_handle = 1;
+
+uint64_t add_handle(std::shared_ptr<const Handle> h) {
+  std::lock_guard<std::mutex> lk(handles_mu);
+  const uint64_t id = next_handle++;
+  handles.emplace(id, std::move(h));
+  return id;
+}
+
+std::shared_ptr<const Handle> find_handle(uint64_t id) {
+  std::lock_guard<std::mutex> lk(handles_mu);
+  auto it = handles.find(id);
+  return it == handles.end() ? nullptr : it->second;
+}
+
+void drop_handle(uint64_t id) {
+  std::shared_ptr<const Handle> last;  // destroyed outside the lock
+  std::lock_guard<std::mutex> lk(handles_mu);
+  auto it = handles.find(id);
+  if (it == handles.end()) return;
+  last = std::move(it->second);
+  handles.erase(it);
+}
 
 // The node's relative path, or false for an unknown inode.
 bool path_of(fuse_ino_t ino, std::string& out) {
@@ -370,39 +407,29 @@ void op_readlink(fuse_req_t req, fuse_ino_t ino) {
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & (O_TRUNC | O_CREAT)))
     return (void)fuse_reply_err(req, EROFS);
+  auto h = std::make_shared<Handle>();
   if (ino == kStatsIno || ino == kStatsResetIno) {
-    fi->fh = reinterpret_cast<uint64_t>(new std::string(stats_json(ino == kStatsResetIno)));
+    h->stats = stats_json(ino == kStatsResetIno);
     fi->direct_io = 1;
-    return (void)fuse_reply_open(req, fi);
-  }
-  g.c.opens++;
-  meta_delay();
-  std::string path;
-  if (!path_of(ino, path)) return (void)fuse_reply_err(req, ESTALE);
-  const int fd = ::openat(g.src_fd, path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) return (void)fuse_reply_err(req, errno);
-  fi->fh = static_cast<uint64_t>(fd);
-  if (!g.opt.hang.empty()) {
-    const size_t slash = path.rfind('/');
-    if (path.compare(slash == std::string::npos ? 0 : slash + 1, std::string::npos, g.opt.hang) == 0) {
-      std::lock_guard<std::mutex> lk(g.hang_mu);
-      g.hang_fds.insert(fd);
+  } else {
+    g.c.opens++;
+    meta_delay();
+    std::string path;
+    if (!path_of(ino, path)) return (void)fuse_reply_err(req, ESTALE);
+    h->fd = ::openat(g.src_fd, path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+    if (h->fd < 0) return (void)fuse_reply_err(req, errno);
+    if (!g.opt.hang.empty()) {
+      const size_t slash = path.rfind('/');
+      h->hangs = path.compare(slash == std::string::npos ? 0 : slash + 1, std::string::npos, g.opt.hang) == 0;
     }
+    fi->keep_cache = g.opt.keep_cache ? 1 : 0;
   }
-  fi->keep_cache = g.opt.keep_cache ? 1 : 0;
-  if (fuse_reply_open(req, fi) != 0) ::close(fd);  // the open was interrupted
+  fi->fh = add_handle(std::move(h));
+  if (fuse_reply_open(req, fi) != 0) drop_handle(fi->fh);  // the open was interrupted
 }
 
-void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  if (ino == kStatsIno || ino == kStatsResetIno)
-    delete reinterpret_cast<std::string*>(fi->fh);
-  else {
-    if (!g.opt.hang.empty()) {
-      std::lock_guard<std::mutex> lk(g.hang_mu);
-      g.hang_fds.erase(static_cast<int>(fi->fh));
-    }
-    ::close(static_cast<int>(fi->fh));
-  }
+void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  drop_handle(fi->fh);
   fuse_reply_err(req, 0);
 }
 
@@ -411,24 +438,19 @@ thread_local std::unique_ptr<char[]> t_buf;
 thread_local size_t t_buf_size = 0;
 
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  const std::shared_ptr<const Handle> h = find_handle(fi->fh);
+  if (!h) return (void)fuse_reply_err(req, EBADF);
   if (ino == kStatsIno || ino == kStatsResetIno) {
-    const std::string& s = *reinterpret_cast<std::string*>(fi->fh);
+    const std::string& s = h->stats;
     const size_t start = off < 0 ? s.size() : std::min(s.size(), static_cast<size_t>(off));
     return (void)fuse_reply_buf(req, s.data() + start, std::min(size, s.size() - start));
   }
-  if (!g.opt.hang.empty() && static_cast<uint64_t>(off) >= g.opt.hang_from) {
-    bool hangs;
-    {
-      std::lock_guard<std::mutex> lk(g.hang_mu);
-      hangs = g.hang_fds.count(static_cast<int>(fi->fh)) > 0;
-    }
-    if (hangs) {
-      g.c.hung++;
-      // Until the session ends (unmount, SIGTERM): then the loop joins its workers, so they stop.
-      std::unique_lock<std::mutex> lk(g.hang_mu);
-      while (!g.stopping && !fuse_session_exited(g.se)) g.hang_cv.wait_for(lk, std::chrono::milliseconds(100));
-      return (void)fuse_reply_err(req, EIO);
-    }
+  if (h->hangs && static_cast<uint64_t>(off) >= g.opt.hang_from) {
+    g.c.hung++;
+    // Until the session ends (unmount, SIGTERM): then the loop joins its workers, so they stop.
+    std::unique_lock<std::mutex> lk(g.hang_mu);
+    while (!g.stopping && !fuse_session_exited(g.se)) g.hang_cv.wait_for(lk, std::chrono::milliseconds(100));
+    return (void)fuse_reply_err(req, EIO);
   }
   const int64_t arrival = now_ns();
   const uint64_t depth = ++g.in_flight;
@@ -441,7 +463,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
   size_t got = 0;
   int err = t_buf ? 0 : ENOMEM;
   while (!err && got < size) {  // until the request is full or EOF (a short reply only at EOF)
-    const ssize_t n = ::pread(static_cast<int>(fi->fh), t_buf.get() + got, size - got, off + static_cast<off_t>(got));
+    const ssize_t n = ::pread(h->fd, t_buf.get() + got, size - got, off + static_cast<off_t>(got));
     if (n < 0) {
       if (errno == EINTR) continue;
       err = errno;
