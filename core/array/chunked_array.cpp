@@ -37,10 +37,7 @@ class ParallelSource final : public fmt::ByteSource {
       const uint64_t n = std::min<uint64_t>({len, fd_.size() - off, Engine::kMaxScratchRequest});
       tasks.push_back([this, off = off, n] {
         try {
-          if (source_resident(fd_.fd(), off, n)) return;
-          thread_local std::vector<uint8_t> scratch;
-          if (scratch.size() < n) scratch.resize(n);
-          e_.source_read(fd_.fd(), scratch.data(), n, off, fd_.path() + " (chunk index)");
+          e_.read_into_page_cache(fd_.fd(), off, n, fd_.path() + " (chunk index)");
         } catch (const std::exception&) {
           // A hint: the parser's own read reports what is wrong.
         }

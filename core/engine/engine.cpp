@@ -126,6 +126,18 @@ void Engine::run(ReadPlan& plan) {
 }
 
 void Engine::source_read(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what) {
+  counted_read(fd, buf, n, off, what, !source_resident(fd, off, n));
+}
+
+bool Engine::read_into_page_cache(int fd, uint64_t off, uint64_t n, const std::string& what) {
+  if (n == 0 || source_resident(fd, off, n)) return false;
+  thread_local std::vector<uint8_t> scratch;  // at most kMaxScratchRequest per worker
+  if (scratch.size() < n) scratch.resize(n);
+  counted_read(fd, scratch.data(), n, off, what, /*cold=*/true);
+  return true;
+}
+
+void Engine::counted_read(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what, bool cold) {
   const uint64_t now = stats_.source_in_flight.fetch_add(1, std::memory_order_relaxed) + 1;
   uint64_t max = stats_.source_in_flight_max.load(std::memory_order_relaxed);
   while (now > max && !stats_.source_in_flight_max.compare_exchange_weak(max, now, std::memory_order_relaxed)) {
@@ -140,7 +152,7 @@ void Engine::source_read(int fd, void* buf, uint64_t n, uint64_t off, const std:
     // A read the page cache cannot answer waits for the storage: another worker may start
     // meanwhile (that is the I/O depth). One it can answer is a copy: the worker keeps its place.
     std::optional<ThreadPool::Waiting> waiting;
-    if (!source_resident(fd, off, n)) waiting.emplace();
+    if (cold) waiting.emplace();
     pread_exact(fd, buf, n, off, what);
   }
   stats_.source_requests.fetch_add(1, std::memory_order_relaxed);

@@ -118,6 +118,10 @@ class Engine {
   // A source read of the data path: pread_exact, counted (source_requests, bytes_pread, the
   // depth reached) and, with -o debug, logged when slow.
   void source_read(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what);
+  // Brings [off, off + n) of the source into its page cache: nothing when it is there already,
+  // otherwise one source_read into a per-worker scratch buffer (n <= kMaxScratchRequest). For
+  // read-ahead and hints: returns whether it read.
+  bool read_into_page_cache(int fd, uint64_t off, uint64_t n, const std::string& what);
   FdCache& fds() { return *fds_; }
   ChunkCache& cache() { return *cache_; }
   BufferPool& buffers() { return *buffers_; }  // for decoded chunks
@@ -151,6 +155,10 @@ class Engine {
   bool bytes_decoded(const Array& a, uint64_t off, uint64_t len);
 
  private:
+  // source_read once residency is known (`cold`: the page cache cannot answer it, so the worker
+  // waits for the storage and another may start meanwhile).
+  void counted_read(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what, bool cold);
+
   EngineOptions opts_;
   Stats stats_;
   std::unique_ptr<CpuGate> cpu_;
