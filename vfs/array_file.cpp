@@ -68,8 +68,9 @@ class ArrayOpenFile final : public OpenFile {
   }
 
   size_t read_pushing(uint64_t off, size_t size, char* buf, Pushes& pushes) override {
+    const bool waited = !decoded_already(off, size);
     const size_t n = read_bytes(off, size, buf);
-    follow_up(off, n, pushes);
+    follow_up(off, n, pushes, waited);
     return n;
   }
 
@@ -112,12 +113,26 @@ class ArrayOpenFile final : public OpenFile {
   }
 
  private:
+  // Whether the data bytes of a read of [off, off + size) are decoded already (the decode-ahead
+  // was ahead of it); false for arrays that do not decode.
+  bool decoded_already(uint64_t off, size_t size) {
+    const uint64_t h = node_.header_.size(), total = node_.size();
+    if (!array_ || off + size <= h || off >= total) return false;
+    const uint64_t d0 = off > h ? off - h : 0, d1 = std::min<uint64_t>(off + size, total) - h;
+    try {
+      return array_->decodes() && node_.ctx_.engine.bytes_decoded(*array_, d0, d1 - d0);
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+
   // After a read of [off, off + n): the stream, pushes around it, decode-ahead (read_policy.h).
-  void follow_up(uint64_t off, size_t n, Pushes& pushes) {
+  // `waited`: the read did not find its bytes decoded already.
+  void follow_up(uint64_t off, size_t n, Pushes& pushes, bool waited = true) {
     Engine& engine = node_.ctx_.engine;
     const ReadFollowUp next = policy_.after_read(off, n, [&](ByteRange r) {
       return engine.bytes_decoded(*array_, r.off, r.len);
-    });
+    }, waited);
     pushes.ranges[0] = next.around[0];
     pushes.ranges[1] = next.around[1];
     pushes.ranges[2] = next.ahead;

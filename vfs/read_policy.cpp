@@ -33,7 +33,7 @@ bool SequentialPrefetcher::goes_on(Stream& s, uint64_t off, uint64_t end, uint64
 }
 
 SequentialPrefetcher::Range SequentialPrefetcher::on_read(uint64_t off, uint64_t len, uint64_t file_size,
-                                                          Seen* seen) {
+                                                          Seen* seen, bool waited) {
   std::lock_guard<std::mutex> lk(mu_);
   const uint64_t end = std::min(off + len, file_size);
   // Single-page windows: a reader's next request starts in the unit after its pages (read or
@@ -93,7 +93,7 @@ SequentialPrefetcher::Range SequentialPrefetcher::on_read(uint64_t off, uint64_t
     r = {target, st->frontier - target};
     st->frontier = target;
   }
-  st->window = std::min(st->window * 2, std::max(cfg_.max, cfg_.initial));
+  if (waited) st->window = std::min(st->window * 2, std::max(cfg_.max, cfg_.initial));
   return r;
 }
 
@@ -162,14 +162,15 @@ ByteRange ReadPolicy::pages(uint64_t from, uint64_t to) const {
   return t > f ? ByteRange{f, t - f} : ByteRange{};
 }
 
-ReadFollowUp ReadPolicy::after_read(uint64_t off, uint64_t n, const std::function<bool(ByteRange)>& decoded) {
+ReadFollowUp ReadPolicy::after_read(uint64_t off, uint64_t n, const std::function<bool(ByteRange)>& decoded,
+                                    bool waited) {
   ReadFollowUp out;
   const uint64_t h = g_.header;
   const uint64_t e = std::min(off + n, h + g_.data_size);
   if (e <= h || e <= off) return out;  // the header alone
   const uint64_t d0 = off > h ? off - h : 0, d1 = e - h;
   SequentialPrefetcher::Seen seen;
-  out.prefetch = stream_.on_read(d0, d1 - d0, g_.data_size, &seen);
+  out.prefetch = stream_.on_read(d0, d1 - d0, g_.data_size, &seen, waited);
   out.cover = seen.cover;
   const ByteSpan u0 = unit(d0), u1 = unit(d1 - 1);
   if (!u0.empty() && u0.lo < d0) out.around[0] = pages(std::max(u0.lo, d0 > kMaxPush ? d0 - kMaxPush : 0), d0);

@@ -40,8 +40,8 @@ struct ByteRange {
 // loop deliver requests slightly out of order); the second read of a stream fixes its direction,
 // and a read that continues no stream replaces the least recently used one. While a stream goes
 // on, a window of `window` bytes is kept decoded ahead of it in its direction: when the decoded
-// frontier is less than half a window ahead, [frontier, reader + window) is asked for and the
-// window doubles (up to `max`). Backpressure is the engine's: prefetch_bytes drops work when its
+// frontier is less than half a window ahead, [frontier, reader + window) is asked for and, when
+// the read had to wait for its bytes, the window doubles (up to `max`). Backpressure is the engine's: prefetch_bytes drops work when its
 // pool is saturated. Nothing is decoded ahead until the stream has gone `after` bytes: one random
 // mmap fault becomes two or three contiguous requests (the kernel's read-around), which look
 // sequential but are not a stream.
@@ -67,7 +67,10 @@ class SequentialPrefetcher {
   explicit SequentialPrefetcher(Config cfg) : cfg_(cfg) {}
 
   // Reports a read of [off, off+len) in a file of `file_size` bytes; returns what to decode ahead.
-  Range on_read(uint64_t off, uint64_t len, uint64_t file_size, Seen* seen = nullptr);
+  // `waited`: the read found its bytes not yet decoded (the decode-ahead was behind it). Only then
+  // does the window double: a reader that finds its bytes ready is served by the window it has,
+  // and a larger one would only decode more for nobody past the end of a slice.
+  Range on_read(uint64_t off, uint64_t len, uint64_t file_size, Seen* seen = nullptr, bool waited = true);
 
   // Bytes [lo, hi), next to a read of stream `stream`, were pushed into the page cache: its
   // reader will not ask for them, so the stream reaches over them.
@@ -155,7 +158,8 @@ class ReadPolicy {
 
   // After the reader's read of file bytes [off, off + n) (n: what it got). `decoded` tells
   // whether data bytes are decoded already (Engine::bytes_decoded). Updates the stream.
-  ReadFollowUp after_read(uint64_t off, uint64_t n, const std::function<bool(ByteRange)>& decoded);
+  ReadFollowUp after_read(uint64_t off, uint64_t n, const std::function<bool(ByteRange)>& decoded,
+                          bool waited = true);
 
   // The whole file pages of data bytes [from, to) (the kernel takes no partial page but the
   // file's last), as a file range.

@@ -67,7 +67,11 @@ thread_local ThreadPool* t_worker_of = nullptr;  // the pool whose worker this t
 ThreadPool::Waiting::Waiting() : pool_(t_worker_of) {
   if (!pool_) return;
   std::lock_guard<std::mutex> lk(pool_->mu_);
-  if (pool_->active_-- == pool_->cpu_ && pool_->cpu_) pool_->wake_locked(1);  // a worker may take a task now
+  // Its CPU place is free now: another worker may take a queued task. Every waiting worker frees
+  // one place, whatever the count was (waking only when the count fell from `cpu` let two
+  // workers waiting on the storage leave one place filled: 3 reads in flight, not the depth).
+  --pool_->active_;
+  if (pool_->cpu_ && pool_->active_ < pool_->cpu_ && !pool_->queue_.empty()) pool_->wake_locked(1);
 }
 
 ThreadPool::Waiting::~Waiting() {

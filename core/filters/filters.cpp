@@ -2,6 +2,7 @@
 #include "core/filters/filters.h"
 
 #include <array>
+#include <cstring>
 #include <memory>
 #include <utility>
 
@@ -95,11 +96,15 @@ bool pipeline_supported(const std::vector<FilterInfo>& pipeline, std::string* wh
   return true;
 }
 
-void decode_chunk(const std::vector<FilterInfo>& pipeline, uint32_t filter_mask, size_t elem_size,
-                  std::vector<uint8_t>& in, size_t out_size, std::vector<uint8_t>& out) {
+namespace {
+
+// Undoes the pipeline from [in, in + in_len) into `out`. Returns false when no stage ran (no
+// filter, or only checksums): `out` is then untouched and the chunk is the input's first
+// out_size bytes, which the caller hands over as it can.
+bool undo_pipeline(const std::vector<FilterInfo>& pipeline, uint32_t filter_mask, size_t elem_size,
+                   const uint8_t* in, size_t in_len, size_t out_size, std::vector<uint8_t>& out) {
   const size_t nf = pipeline.size();
   if (nf > kMaxFilters) fail_data("filter pipeline of " + std::to_string(nf) + " filters");
-  if (&in == &out) fail(EINVAL, "decode_chunk: in and out must be different buffers");
 
   // expected[i]: the size of the data filter i received when the chunk was written (= what
   // undoing it must produce), known as long as every active filter before it keeps the size
@@ -126,8 +131,8 @@ void decode_chunk(const std::vector<FilterInfo>& pipeline, uint32_t filter_mask,
   // so that the last one writes `out` (no final copy).
   enum Where { kIn, kOut, kScratch };
   Where where = kIn;
-  const uint8_t* cur = in.data();
-  size_t len = in.size();
+  const uint8_t* cur = in;
+  size_t len = in_len;
   size_t done = 0;
   for (size_t i = nf; i-- > 0;) {
     if (filter_mask & (1u << i)) continue;
@@ -177,17 +182,32 @@ void decode_chunk(const std::vector<FilterInfo>& pipeline, uint32_t filter_mask,
   if (len != out_size)
     fail_data("decoded chunk is " + std::to_string(len) + " bytes, expected " +
               std::to_string(out_size));
-  if (where == kIn) {
-    // Nothing to decode but (possibly) a checksum: hand the caller's buffer over.
-    std::swap(in, out);
-    out.resize(len);
-  } else {
-    // where == kOut: the last stage always writes `out`.
-    out.resize(len);
-  }
   if (tl_scratch.cap > (size_t(256) << 20)) {
     tl_scratch.buf.reset();
     tl_scratch.cap = 0;
+  }
+  if (where == kIn) return false;
+  out.resize(len);  // where == kOut: the last stage always writes `out`
+  return true;
+}
+
+}  // namespace
+
+void decode_chunk(const std::vector<FilterInfo>& pipeline, uint32_t filter_mask, size_t elem_size,
+                  std::vector<uint8_t>& in, size_t out_size, std::vector<uint8_t>& out) {
+  if (&in == &out) fail(EINVAL, "decode_chunk: in and out must be different buffers");
+  if (!undo_pipeline(pipeline, filter_mask, elem_size, in.data(), in.size(), out_size, out)) {
+    // Nothing to decode but (possibly) a checksum: hand the caller's buffer over.
+    std::swap(in, out);
+    out.resize(out_size);
+  }
+}
+
+void decode_chunk(const std::vector<FilterInfo>& pipeline, uint32_t filter_mask, size_t elem_size,
+                  const uint8_t* in, size_t in_len, size_t out_size, std::vector<uint8_t>& out) {
+  if (!undo_pipeline(pipeline, filter_mask, elem_size, in, in_len, out_size, out)) {
+    out.resize(out_size);
+    std::memcpy(out.data(), in, out_size);
   }
 }
 

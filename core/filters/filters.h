@@ -49,6 +49,9 @@ bool pipeline_supported(const std::vector<FilterInfo>& pipeline, std::string* wh
 // never crashes, never reads or writes out of bounds.
 void decode_chunk(const std::vector<FilterInfo>& pipeline, uint32_t filter_mask, size_t elem_size,
                   std::vector<uint8_t>& in, size_t out_size, std::vector<uint8_t>& out);
+// The same from bytes the caller keeps (a merged request's buffer): `in` is only read.
+void decode_chunk(const std::vector<FilterInfo>& pipeline, uint32_t filter_mask, size_t elem_size,
+                  const uint8_t* in, size_t in_len, size_t out_size, std::vector<uint8_t>& out);
 
 }  // namespace h5d::filters
 
