@@ -1,4 +1,4 @@
-#include "fusefs/info.h"
+#include "daemon/info.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -22,7 +22,7 @@
 #include "vfs/sidecar.h"
 #include "vfs/tree.h"
 
-namespace h5d::fusefs {
+namespace h5d::daemon {
 namespace {
 
 bool has_h5_files(const std::string& dir) {
@@ -198,4 +198,4 @@ int run_info(const std::string& program, const std::vector<std::string>& args) {
   return 0;
 }
 
-}  // namespace h5d::fusefs
+}  // namespace h5d::daemon
