@@ -163,7 +163,7 @@ if os.geteuid() != 0:
 if args.hold_freed_pages and not benchlib.hold_freed_pages():
     sys.exit('--hold-freed-pages: cannot set ' + benchlib.MIN_FREE_MS + ' (root, a VM with it)')
 
-BIN = osp.abspath(osp.join(args.build, 'fusefs', 'mount.h5direct'))
+BIN = osp.abspath(osp.join(args.build, 'daemon', 'mount.h5direct'))
 SLOWFS = args.slowfs or osp.join(args.build, 'bench', 'slowfs')
 if SLOWFS != 'none':
     SLOWFS = osp.abspath(SLOWFS)

@@ -14,7 +14,7 @@ the example the cluster start, reading, computing, writing the HDF5 output), twi
 Both outputs must be bit-identical (checked), and the example's output can be drawn
 (--plot PNG, module 0, memory cell 0).
 
-Usage: H5DIRECT_BIN=build/fusefs/mount.h5direct bench_dark.py [--workdir DIR] [--modules 4]
+Usage: H5DIRECT_BIN=build/daemon/mount.h5direct bench_dark.py [--workdir DIR] [--modules 4]
        [--cells 32] [--trains 100] [--pixels 512x128] [--workers 2] [--plot PNG]
 (--workdir keeps the generated runs between invocations; default: a temporary directory, removed)
 """

@@ -8,7 +8,7 @@ A 16-module AGIPD-1M raw run (frames (2, 512, 128) uint16, one frame per chunk, 
 is written by tests/python/detector_mock.py (scenario 'bench') unless --workdir already holds
 it. Files are read from the page cache in both cases (each variant is run once untimed first).
 
-Usage: H5DIRECT_BIN=build/fusefs/mount.h5direct bench_detector.py [--workdir DIR]
+Usage: H5DIRECT_BIN=build/daemon/mount.h5direct bench_detector.py [--workdir DIR]
           [--trains 16] [--frames 8] [--files 2] [--repeat 3]
 """
 import argparse

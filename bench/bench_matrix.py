@@ -83,7 +83,7 @@ args = p.parse_args()
 if args.hold_freed_pages and not benchlib.hold_freed_pages():
     sys.exit('--hold-freed-pages: cannot set ' + benchlib.MIN_FREE_MS + ' (root, a VM with it)')
 
-BIN = osp.abspath(osp.join(args.build, 'fusefs', 'mount.h5direct'))
+BIN = osp.abspath(osp.join(args.build, 'daemon', 'mount.h5direct'))
 CEIL = osp.abspath(osp.join(args.build, 'bench', 'fuse_ceiling'))
 NCPU = os.cpu_count()
 ROOT = os.geteuid() == 0

@@ -42,7 +42,7 @@ p.add_argument('--skip', default='', help='comma-separated cases to skip')
 args = p.parse_args()
 skip = set(filter(None, args.skip.split(',')))
 
-BIN = osp.abspath(osp.join(args.build, 'fusefs', 'mount.h5direct'))
+BIN = osp.abspath(osp.join(args.build, 'daemon', 'mount.h5direct'))
 CEIL = osp.abspath(osp.join(args.build, 'bench', 'fuse_ceiling'))
 CORE = osp.abspath(osp.join(args.build, 'bench', 'bench_core_file'))
 CHUNKMAP = osp.abspath(osp.join(args.build, 'bench', 'bench_chunkmap'))

@@ -4,7 +4,7 @@ slow data, then time (1) mount until the mountpoint appears, (2) listing the run
 directory with stat of every entry (`ls -lR`-like), (3) the first byte of a few keys.
 Goal: (1)+(2) < 1 s, (3) < 100 ms each.
 
-Usage: H5DIRECT_BIN=build/fusefs/mount.h5direct bench_run_mount.py [--seq-files 20] [--keep DIR]
+Usage: H5DIRECT_BIN=build/daemon/mount.h5direct bench_run_mount.py [--seq-files 20] [--keep DIR]
 """
 import argparse
 import json

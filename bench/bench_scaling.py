@@ -47,7 +47,7 @@ if os.geteuid() != 0:
     sys.exit('bench_scaling.py drops the page cache for its cold passes: run it as root')
 if args.hold_freed_pages and not benchlib.hold_freed_pages():
     sys.exit('--hold-freed-pages: cannot set ' + benchlib.MIN_FREE_MS)
-BIN = osp.abspath(osp.join(args.build, 'fusefs', 'mount.h5direct'))
+BIN = osp.abspath(osp.join(args.build, 'daemon', 'mount.h5direct'))
 CORE = osp.abspath(osp.join(args.build, 'bench', 'bench_core_file'))
 for b in (BIN, CORE):
     if not os.access(b, os.X_OK):

@@ -3,7 +3,7 @@
 one h5py writer and against N h5py writers taking turns through a file lock (fcntl.flock, the
 status quo), uncompressed (contiguous) and compressed (gzip, 1-row chunks).
 
-usage: bench_writes.py --bin build/fusefs/mount.h5direct [--gib 1] [--procs 4] [--tmp DIR]
+usage: bench_writes.py --bin build/daemon/mount.h5direct [--gib 1] [--procs 4] [--tmp DIR]
 
 Each writer owns a contiguous block of rows (1 MiB each: 1024 x 512 uint16) and writes it in
 8-row (8 MiB) pieces; the data are detector-like (a smooth pattern plus noise, compresses ~2x).

@@ -26,7 +26,7 @@ import benchlib  # noqa: E402
 
 
 def binary_of(b):
-    for cand in (b, osp.join(b, 'mount.h5direct'), osp.join(b, 'fusefs', 'mount.h5direct')):
+    for cand in (b, osp.join(b, 'mount.h5direct'), osp.join(b, 'daemon', 'mount.h5direct')):
         if osp.isfile(cand):
             return cand
     sys.exit(f'no mount.h5direct in {b}')

@@ -3,7 +3,7 @@
 # and its HDF5 helpers (utime+stime from /proc, 10 ms ticks). Mounts in the foreground so that
 # the helpers are the daemon's children. Run as root (or with /dev/fuse access).
 # Usage: bench/walk_cpu.sh <mount.h5direct> <source dir> [mount options...]
-# Example (the run of bench_run_mount.py): bench/walk_cpu.sh build/fusefs/mount.h5direct /tmp/h5d-bench-iso/raw/r0338
+# Example (the run of bench_run_mount.py): bench/walk_cpu.sh build/daemon/mount.h5direct /tmp/h5d-bench-iso/raw/r0338
 set -euo pipefail
 BIN=$1
 SRC=$2

@@ -447,12 +447,14 @@ InfoOptions parse_info_command_line(const std::vector<std::string>& args) {
 std::string info_usage_text(const std::string& program) {
   return "usage: " + program + " info [--details] [--json] [-o OPTIONS] PATH\n"
          "  A European XFEL run's summary, like extra-data-run-info: trains, detectors,\n"
-         "  instrument and control sources. PATH: a run directory (its sequence files are read)\n"
-         "  or a run as a mount shows it (its run.json is read). An HDF5 file: its datasets\n"
-         "  (path, shape, dtype, layout, chunks, filters; --json: their sidecars' fields).\n"
+         "  instrument and control sources. PATH: a run directory (read as a mount reads it,\n"
+         "  EXtra-data's files map included) or a run as a mount shows it (its run.json is\n"
+         "  read). An HDF5 file: its datasets (path, shape, dtype, layout, chunks, filters;\n"
+         "  --json: their sidecars' fields).\n"
          "  --details  every source's keys, dtypes and entry shapes, and trains with data\n"
          "  --json     the run's run.json instead of text\n"
-         "  -o         mount options that apply: inc_suspect_trains=0|1, hdf5_helpers=N, ...\n";
+         "  -o         mount options that apply: inc_suspect_trains=0|1, hdf5_helpers=N,\n"
+         "             debug (every log line on stderr), ...\n";
 }
 
 MountOptions parse_command_line(const std::vector<std::string>& args) {

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/engine/fd_cache.h"
 #include "core/log.h"
+#include "vfs/kernel_policy.h"
 
 namespace h5d::fusefs {
 
@@ -208,16 +209,9 @@ const vfs::Caller* caller_of(fuse_req_t req, vfs::Caller& c) {
   return &c;
 }
 
-double attr_timeout(fuse_req_t req, const vfs::Attr& a) {
-  if (a.is_volatile) return 0.0;
-  const double t = ctx(req).opts.attr_timeout;
-  return a.cache_limit >= 0 ? std::min(t, a.cache_limit) : t;
-}
-
-double entry_timeout(fuse_req_t req, const vfs::Attr& a) {
-  const double t = ctx(req).opts.entry_timeout;
-  return a.cache_limit >= 0 ? std::min(t, a.cache_limit) : t;
-}
+// How long the kernel keeps what it is told: decided by vfs (vfs/kernel_policy.h).
+double attr_timeout(fuse_req_t req, const vfs::Attr& a) { return vfs::attr_ttl(a, ctx(req).timeouts()); }
+double entry_timeout(fuse_req_t req, const vfs::Attr& a) { return vfs::entry_ttl(a, ctx(req).timeouts()); }
 
 // The one place a failed request becomes an errno reply: logged once (expected errors such as
 // ENOENT only at debug level), counted, replied. Each one worth a line is reported with its
@@ -265,11 +259,12 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   conn->want &= ~static_cast<unsigned>(FUSE_CAP_READDIRPLUS);  // want is unsigned
   conn->want &= ~static_cast<unsigned>(FUSE_CAP_READDIRPLUS_AUTO);
   // Spliced replies (op_read): libfuse then moves file-backed reply buffers through a pipe.
-  c.splice = c.opts.splice && (conn->capable & FUSE_CAP_SPLICE_WRITE);
-  if (c.splice) {
+  c.means.splice = c.opts.splice && (conn->capable & FUSE_CAP_SPLICE_WRITE);
+  if (c.means.splice) {
     conn->want |= FUSE_CAP_SPLICE_WRITE;
-    c.splice_max = splice_max_read();
+    c.means.splice_max = splice_max_read();
   }
+  c.means.push = c.opts.push && c.se;
   if (c.max_read) conn->max_read = c.max_read;
   // The kernel sends read-ahead (and every page-cache read) as background requests, at most
   // max_background at once per mount (12 by default): readers blocked on a source that never
@@ -298,20 +293,10 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     fuse_reply_entry(req, &e);
   } catch (const Error& err) {
     if (err.code() == ENOENT) {
-      // Nothing appears under a mount: cache the negative answer as long as positive ones.
+      // A negative entry, kept as long as vfs says (vfs/kernel_policy.h).
       fuse_entry_param e;
       std::memset(&e, 0, sizeof e);
-      // rw mounts: names appear (created by other processes); do not cache their absence.
-      // Directories revalidated against a changing source: no longer than their listing.
-      double t = 0.0;
-      if (!fs(req).writable()) {
-        try {
-          t = entry_timeout(req, fs(req).getattr(parent));
-        } catch (const std::exception&) {
-          t = 0.0;
-        }
-      }
-      e.entry_timeout = t;
+      e.entry_timeout = fs(req).negative_entry_ttl(parent, ctx(req).timeouts());
       fuse_reply_entry(req, &e);
       return;
     }
@@ -424,7 +409,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
       ~InFlight() { reads.remove(ino, off, end); }
     } in_flight{c.reads, ino, o, o + size};
     c.reads.add(ino, o, o + size);
-    if (c.splice && size <= c.splice_max && !fs(req).writable()) {
+    if (fs(req).may_splice(c.means, size)) {
       vfs::OpenFile::Spliced sp;
       if (fs(req).read_spliced(*f, o, size, sp)) {
         reply_spliced(req, sp);
@@ -437,7 +422,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
     // (the woken reader must find them there) and, in a stream, the decoded units ahead (pushed
     // after the reply, they landed after the reader had asked for them: a request per unit
     // instead of one per push, docs/benchmarks.md).
-    if (c.opts.push && c.se && n == size && !fs(req).writable()) {
+    if (fs(req).may_push(c.means, size, n)) {
       std::vector<char> near = c.push_buffers.take();
       for (const vfs::OpenFile::Range& r : pushes.ranges) push_bytes(c, ino, copy_for_push(c, ino, *f, r, near), near);
       c.push_buffers.give(std::move(near));
@@ -492,8 +477,7 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     h->entries.push_back({"..", 0, vfs::NodeKind::Directory});
     vfs::Caller who;
     for (auto& e : fs(req).readdir(ino, caller_of(req, who))) h->entries.push_back(std::move(e));
-    // rw mounts, and directories revalidated against a changing source: listings change.
-    fi->keep_cache = fs(req).writable() || fs(req).getattr(ino).cache_limit >= 0 ? 0 : 1;
+    fi->keep_cache = fs(req).keep_listing(ino) ? 1 : 0;
     fi->cache_readdir = fi->keep_cache;
     DirHandle* p = ctx(req).handles.add(std::move(h));
     fi->fh = reinterpret_cast<uint64_t>(p);

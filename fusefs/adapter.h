@@ -139,19 +139,21 @@ struct Context {
   FuseOptions opts;
   std::atomic<bool> initialized{false};  // set when the kernel's INIT request has been handled
   // Called while the kernel's INIT request is handled, before the reply: no other request can
-  // arrive before it returns (the mount's read-ahead is raised here, fusefs/mount.cpp).
+  // arrive before it returns (the mount's read-ahead is raised here, daemon/mount.cpp).
   void (*at_init)(Context&, fuse_conn_info*) = nullptr;
   std::string mountpoint;
   unsigned readahead_kb = 0;  // 0: the kernel's default
   fuse_session* se = nullptr;  // for notify_store (set before the loop starts)
-  bool splice = false;         // spliced replies (opts.splice and the kernel can): set at INIT
-  size_t splice_max = 0;       // the largest request whose reply fits libfuse's pipe (splice_max_read)
-  size_t max_read = 0;         // requests' largest size, when capped (fusefs/mount.cpp); 0: the kernel's
-  PerFileReadahead readahead;  // enabled by fusefs/mount.cpp when the daemon can write sysfs
+  // What replies can do (spliced: opts.splice and the kernel can, within splice_max_read();
+  // pushes: opts.push, through se): set at INIT. vfs decides which a read uses.
+  vfs::ReplyMeans means;
+  size_t max_read = 0;         // requests' largest size, when capped (daemon/mount.cpp); 0: the kernel's
+  PerFileReadahead readahead;  // enabled by daemon/mount.cpp when the daemon can write sysfs
   ReadsInFlight reads;
   PushBuffers push_buffers;
-  Handles handles;  // cleared by fusefs/mount.cpp when the session loop has ended
-  Invalidator invalidator;  // the Vfs's listener; started and stopped by fusefs/mount.cpp
+  Handles handles;  // cleared by daemon/mount.cpp when the session loop has ended
+  Invalidator invalidator;  // the Vfs's listener; started and stopped by daemon/mount.cpp
+  vfs::CacheTimeouts timeouts() const { return {opts.attr_timeout, opts.entry_timeout}; }
 };
 
 // libfuse splices a reply only through one pipe that holds all of it and a page per buffer

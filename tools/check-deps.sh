@@ -20,7 +20,7 @@ allowed=$( {
 # Files to account for: libraries of the built programs, HDF5 plugins, Python modules.
 files=$(mktemp)
 trap 'rm -f "$files"' EXIT
-for exe in "$BUILD"/fusefs/mount.h5direct "$BUILD"/tests/h5direct_unit_tests "$BUILD"/bench/*; do
+for exe in "$BUILD"/daemon/mount.h5direct "$BUILD"/tests/h5direct_unit_tests "$BUILD"/bench/*; do
   [ -x "$exe" ] && [ -f "$exe" ] || continue
   ldd "$exe" 2>/dev/null | awk '/=> \// {print $3}'
 done >> "$files"

@@ -8,4 +8,4 @@ bash tools/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 # The program (and its helper), and the man page: what `cmake --install build` installs.
 cmake --build build -j"$(nproc)" --target mount.h5direct h5direct_man
-exec /usr/bin/python3 tools/demo.py "$PWD/build/fusefs/mount.h5direct"
+exec /usr/bin/python3 tools/demo.py "$PWD/build/daemon/mount.h5direct"

@@ -94,7 +94,7 @@ class ArrayOpenFile final : public OpenFile {
       // depth (docs/architecture.md, "The I/O path").
       for (const FileRun& r : out.runs) {
         if (!source_resident(r.fd->fd(), r.file_off, r.n)) {
-          node_.ctx_.engine.stats().splice_cold.fetch_add(1, std::memory_order_relaxed);
+          node_.ctx_.counters.splice_cold.fetch_add(1, std::memory_order_relaxed);
           out = Spliced{};
           return false;
         }
@@ -107,6 +107,7 @@ class ArrayOpenFile final : public OpenFile {
                  " data bytes [" + std::to_string(doff) + ", " + std::to_string(doff + dlen) + ") via " +
                  node_.spec_.read_path + ", spliced from " + std::to_string(out.runs.size()) + " file run(s)");
     }
+    node_.ctx_.counters.note_spliced(out.size(), out.size() - out.head_len);
     Pushes none;
     follow_up(off, static_cast<size_t>(end - off), none);
     return true;
@@ -187,8 +188,11 @@ class ArrayOpenFile final : public OpenFile {
                    " data bytes [" + std::to_string(doff) + ", " + std::to_string(doff + dlen) +
                    ") via " + node_.spec_.read_path);
       }
+      ReadCounters& counted = node_.ctx_.counters;  // a read of data (a push's copy included)
+      counted.reads.fetch_add(1, std::memory_order_relaxed);
       try {
         node_.ctx_.engine.read_bytes(*array_, doff, dlen, reinterpret_cast<uint8_t*>(buf) + done);
+        counted.bytes_served.fetch_add(dlen, std::memory_order_relaxed);
       } catch (...) {
         // core's message names the file, the dataset and the chunk; add the byte range.
         rethrow_with_context(std::string(node_.format_ == ArrayFormat::Npy ? ".npy" : ".raw") +

@@ -89,8 +89,9 @@ std::vector<Vfs::Counter> Vfs::counters() {
   auto u = [](const std::atomic<uint64_t>& a) { return double(a.load(std::memory_order_relaxed)); };
   add({"uptime_seconds"}, "uptime_seconds", "Seconds since the mount started", false,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - g_start).count(), false);
-  add({"bytes_served"}, "bytes_served_total", "Bytes replied to reads of the mount's files", true, u(st.bytes_served));
-  add({"reads"}, "reads_total", "Read requests answered", true, u(st.reads));
+  const ReadCounters& rc = ctx_->counters;
+  add({"bytes_served"}, "bytes_served_total", "Bytes replied to reads of the mount's files", true, u(rc.bytes_served));
+  add({"reads"}, "reads_total", "Read requests answered", true, u(rc.reads));
   add({"chunks_decoded"}, "chunks_decoded_total", "Chunks read from their files and decoded", true, u(st.chunks_decoded));
   add({"bytes_decoded"}, "bytes_decoded_total", "Bytes those chunks decoded to", true, u(st.bytes_decoded));
   add({"decode_seconds"}, "decode_seconds_total", "Time decoding chunks (holding a CPU slot), summed over threads", true,
@@ -109,7 +110,7 @@ std::vector<Vfs::Counter> Vfs::counters() {
   add({"chunks_prefetched"}, "chunks_prefetched_total", "Chunks decoded ahead of the reader", true, u(st.chunks_prefetched));
   add({"prefetch_dropped"}, "prefetch_dropped_total", "Decode-ahead tasks dropped, the reader had read their bytes",
       true, u(st.prefetch_dropped));
-  add({"bytes_spliced"}, "bytes_spliced_total", "Bytes replied from source files without a copy", true, u(st.bytes_spliced));
+  add({"bytes_spliced"}, "bytes_spliced_total", "Bytes replied from source files without a copy", true, u(rc.bytes_spliced));
   add({"cache_hits"}, "cache_hits_total", "Decoded-chunk cache hits", true, u(st.cache_hits));
   add({"cache_misses"}, "cache_misses_total", "Decoded-chunk cache misses", true, u(st.cache_misses));
   add({"bytes_pread"}, "bytes_pread_total", "Bytes read from the source files", true, u(st.bytes_pread));
@@ -125,13 +126,13 @@ std::vector<Vfs::Counter> Vfs::counters() {
   add({"readahead_resident_bytes"}, "readahead_resident_bytes_total",
       "Read-ahead bytes found in the source's page cache already (no request)", true, u(st.readahead_resident_bytes));
   add({"splice_cold"}, "splice_cold_total", "Reads not spliced because the source bytes were not cached", true,
-      u(st.splice_cold));
+      u(rc.splice_cold));
   add({"io_depth"}, "io_depth", "Source requests in flight allowed for one file (-o io_depth)", false,
       double(engine_.options().io_depth));
   add({"io_workers"}, "io_workers", "I/O threads of the read pool", false, double(engine_.pool().size()));
   add({"io_workers_busy_max"}, "io_workers_busy_max", "The most I/O threads busy at once so far", false,
       double(engine_.pool().busy_max()));
-  add({"bytes_pushed"}, "bytes_pushed_total", "Bytes pushed into the page cache ahead of the reader", true, u(st.bytes_pushed));
+  add({"bytes_pushed"}, "bytes_pushed_total", "Bytes pushed into the page cache ahead of the reader", true, u(rc.bytes_pushed));
   add({"library_reads"}, "library_reads_total", "Reads that went through libhdf5 (H5Dread in a helper)", true,
       u(st.library_reads));
   if (HelperPool* hp = engine_.helpers()) {

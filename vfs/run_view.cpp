@@ -112,6 +112,13 @@ json key_sidecar(Run& run, const std::string& source, const KeyInfo& k) {
 
 }  // namespace
 
+std::shared_ptr<Run> open_run(Engine& engine, const std::string& dir, const VfsOptions& opts) {
+  euxfel::RunOptions ro;
+  ro.inc_suspect_trains = opts.inc_suspect_trains;
+  ro.known = read_files_map(dir);  // EXtra-data's files map: the files it describes are not opened
+  return Run::open(engine, dir, ro);
+}
+
 json run_summary_json(Run& run) {
   json j = to_json(run.metadata());
   j["train_ids_file"] = "trainId.npy";
@@ -464,10 +471,7 @@ class RunDirProvider final : public DirProvider {
     state_ = euxfel::RunDirState::take(path_, &state_);
     std::shared_ptr<Run> run;
     try {
-      euxfel::RunOptions ro;
-      ro.inc_suspect_trains = ctx_.opts.inc_suspect_trains;
-      ro.known = read_files_map(path_);  // EXtra-data's files map: the files it describes are not opened
-      run = Run::open(ctx_.engine, path_, ro);
+      run = open_run(ctx_.engine, path_, ctx_.opts);
     } catch (const std::exception& e) {
       log::warn("run view: " + path_ + ": not shown as a run: " + e.what());
       return make_plain_dir_provider(ctx_, path_, chain_)->list();

@@ -18,12 +18,16 @@
 // Nothing is opened at mount time: the run's files are opened when the run directory is first
 // looked up or listed; a source's keys and INDEX when that source's directory is listed.
 #pragma once
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "vfs/tree.h"
 
+namespace h5d {
+class Engine;
+}
 namespace h5d::euxfel {
 class Run;
 }
@@ -33,6 +37,11 @@ namespace h5d::vfs {
 // The factory for Vfs::add_provider_factory; empty when opts.run_view is Off. PerFile: every file
 // of a run directory is also shown in its plain per-file view, beside the run view.
 ProviderFactory make_run_view_factory(const VfsOptions& opts);
+
+// Run directory `dir` opened as a run view opens it: the options that apply (inc_suspect_trains)
+// and EXtra-data's files map (vfs/files_map.h: the files it describes are not opened to list the
+// run). `h5direct info` opens a run directory the same way.
+std::shared_ptr<euxfel::Run> open_run(Engine& engine, const std::string& dir, const VfsOptions& opts);
 
 // run.json (docs/euxfel.md): Run::metadata() plus every source's keys (shape, entry shape,
 // dtype, index group), trains with data per index group and per source, and the names of the

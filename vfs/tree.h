@@ -379,12 +379,34 @@ struct ProviderRequest {
 // Returns a provider for the directory node shown for `path`, or nullptr when not interested.
 using ProviderFactory = std::function<std::unique_ptr<DirProvider>(const ProviderRequest&)>;
 
+// The mount's read figures (stats.json, metrics: Vfs::counters), each counted once, here in vfs:
+// where a data file's bytes are read or spliced (vfs/array_file.cpp) or pushed (Vfs::note_pushed).
+// core counts what it does to serve them (Engine::stats: decodes, source requests, caches), not
+// the reads themselves. Relaxed atomics: they are statistics, not state.
+struct ReadCounters {
+  // Reads of .npy/.raw data: each request answered (data bytes read, or spliced), and each copy
+  // of pushed pages; the bytes they gave the kernel (data bytes read; a spliced reply's header
+  // too, as it goes with the spliced bytes).
+  std::atomic<uint64_t> reads{0};
+  std::atomic<uint64_t> bytes_served{0};
+  std::atomic<uint64_t> bytes_spliced{0};  // replied by splicing from source files
+  std::atomic<uint64_t> splice_cold{0};    // reads not spliced: their source bytes were not cached
+  std::atomic<uint64_t> bytes_pushed{0};   // pushed into the page cache by the FUSE adapter
+  // A spliced reply of `bytes`, `spliced` of them from source files.
+  void note_spliced(uint64_t bytes, uint64_t spliced) {
+    reads.fetch_add(1, std::memory_order_relaxed);
+    bytes_served.fetch_add(bytes, std::memory_order_relaxed);
+    bytes_spliced.fetch_add(spliced, std::memory_order_relaxed);
+  }
+};
+
 // What every provider may use. Owned by the Vfs; outlives every node.
 struct TreeContext {
   Engine& engine;
   VfsOptions opts;
   std::vector<ProviderFactory> factories;  // set up before the first access, then read-only
   Writer* writer = nullptr;  // rw mounts only (set before the first access)
+  mutable ReadCounters counters{};  // counted through the nodes' const context
 };
 
 // ---- Building blocks for providers (vfs/h5tree.cpp, vfs/nodes.cpp) ------------------------------

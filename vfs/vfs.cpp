@@ -287,12 +287,7 @@ size_t Vfs::read(OpenFile& file, uint64_t off, size_t size, char* buf, OpenFile:
 }
 
 bool Vfs::read_spliced(OpenFile& file, uint64_t off, size_t size, OpenFile::Spliced& out) {
-  if (!file.read_spliced(off, size, out)) return false;
-  Stats& st = engine_.stats();
-  st.reads.fetch_add(1, std::memory_order_relaxed);
-  st.bytes_served.fetch_add(out.size(), std::memory_order_relaxed);
-  st.bytes_spliced.fetch_add(out.size() - out.head_len, std::memory_order_relaxed);
-  return true;
+  return file.read_spliced(off, size, out);
 }
 
 std::string Vfs::readlink(uint64_t ino) {
@@ -308,7 +303,7 @@ FsStats Vfs::statfs() {
 }
 
 void Vfs::note_pushed(uint64_t bytes) {
-  engine_.stats().bytes_pushed.fetch_add(bytes, std::memory_order_relaxed);
+  ctx_->counters.bytes_pushed.fetch_add(bytes, std::memory_order_relaxed);
 }
 
 void Vfs::note_error(int err) {

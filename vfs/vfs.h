@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -45,6 +46,21 @@ struct DirEntry {
   std::string name;
   uint64_t ino = 0;
   NodeKind kind = NodeKind::File;
+};
+
+// The mount's timeouts (-o attr_timeout, entry_timeout): the longest the kernel keeps attributes
+// and names (vfs/kernel_policy.h decides how long each answer is kept).
+struct CacheTimeouts {
+  double attr = 0;
+  double entry = 0;
+};
+
+// What the FUSE adapter can do for a read reply, known once the kernel's INIT is answered
+// (vfs/kernel_policy.h decides which a read uses).
+struct ReplyMeans {
+  bool splice = false;    // spliced replies: -o splice and the kernel's FUSE_CAP_SPLICE_WRITE
+  size_t splice_max = 0;  // the largest request whose spliced reply fits libfuse's pipe
+  bool push = false;      // pushes into the page cache: -o push and a session to push through
 };
 
 struct FsStats {
@@ -105,6 +121,14 @@ class Vfs {
   Attr truncate(uint64_t ino, uint64_t size);
   std::string readlink(uint64_t ino);
   FsStats statfs();
+
+  // ---- What the kernel may keep, how a read may be answered (vfs/kernel_policy.h) ----
+  // The lifetime of a negative entry for a name missing in `parent` (0 when `parent` is gone).
+  double negative_entry_ttl(uint64_t parent, const CacheTimeouts& mount);
+  // Whether the listing of directory `dir` may stay cached from one open to the next.
+  bool keep_listing(uint64_t dir);
+  bool may_splice(const ReplyMeans& means, size_t size) const;
+  bool may_push(const ReplyMeans& means, size_t asked, size_t got) const;
 
   // Bytes the adapter pushed into the page cache (stats.json bytes_pushed).
   void note_pushed(uint64_t bytes);

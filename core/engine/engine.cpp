@@ -178,7 +178,6 @@ void Engine::read_bytes(const Array& a, uint64_t off, uint64_t len, uint8_t* out
   const uint64_t E = a.dtype().itemsize;
   const Shape& shape = a.shape();
   const auto strides = c_strides(shape, E);
-  stats_.reads.fetch_add(1, std::memory_order_relaxed);
 
   // Whole elements [m0, m1) go straight to `out`; partial elements at either end go through a
   // one-element scratch buffer.
@@ -212,7 +211,6 @@ void Engine::read_bytes(const Array& a, uint64_t off, uint64_t len, uint8_t* out
     uint64_t n = (off + len) - e_tail * E;
     std::memcpy(out + (len - n), tail.data(), n);
   }
-  stats_.bytes_served.fetch_add(len, std::memory_order_relaxed);
 }
 
 bool Engine::bytes_decoded(const Array& a, uint64_t off, uint64_t len) {

@@ -33,10 +33,10 @@ struct EngineOptions {
   HelperOptions helper;            // libhdf5 in helper processes (path set) or in this one
 };
 
-// Counters shown in .h5direct/stats.json. Relaxed atomics: they are statistics, not state.
+// Counters of what the core does to serve reads, shown in .h5direct/stats.json (the reads and
+// bytes answered, spliced and pushed are counted by vfs: vfs::ReadCounters). Relaxed atomics:
+// they are statistics, not state.
 struct Stats {
-  std::atomic<uint64_t> bytes_served{0};
-  std::atomic<uint64_t> reads{0};
   std::atomic<uint64_t> chunks_decoded{0};
   std::atomic<uint64_t> bytes_decoded{0};  // what those chunks decoded to
   std::atomic<uint64_t> decode_ns{0};  // time decoding chunks (inside a CPU slot), summed over threads
@@ -55,11 +55,7 @@ struct Stats {
   std::atomic<uint64_t> source_in_flight_max{0};
   std::atomic<uint64_t> readahead_bytes{0};
   std::atomic<uint64_t> readahead_resident_bytes{0};
-  std::atomic<uint64_t> splice_cold{0};  // spliced reads refused because the source was not cached
-  std::atomic<uint64_t> bytes_pushed{0};  // pushed into the page cache by the FUSE adapter
-  std::atomic<uint64_t> bytes_spliced{0};  // replied from source files without a copy here
   std::atomic<uint64_t> library_reads{0};
-  std::atomic<uint64_t> errors{0};
 
   void note_fallback(const std::string& reason);
   std::map<std::string, uint64_t> fallbacks() const;

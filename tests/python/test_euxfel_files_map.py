@@ -6,6 +6,7 @@ run mounted without a map (and the generator's expected arrays, the h5py oracle)
 import json
 import os
 import os.path as osp
+import subprocess
 import sys
 
 import h5py
@@ -139,6 +140,40 @@ def test_valid_map_opens_only_the_module_files(run):
         assert tree(m1.mnt) == base_tree  # run.json, train IDs, flags, every key: the same bytes
     finally:
         m1.close()
+
+
+def test_info_uses_the_map_as_the_mount_does(run):
+    """`h5direct info RUN_DIR` opens the run as the mount's run view does, files map included:
+    its summary is the run.json the mount shows (but for the mount's detector views; and its text the one info prints from the
+    mount), and it says that the files the map describes were not opened; without the map the
+    summary is the same, every file read."""
+    out, manifest = run
+    run_dir = manifest['run_dir']
+    write_files_map(run_dir)
+    m = Mount(run_dir)
+    try:
+        with open(osp.join(m.mnt, 'run.json')) as f:
+            mounted = json.load(f)
+        mounted.pop('detectors')  # the run view's own stacked detector directories
+        assert 'described by the files map' in m.log()
+        text = subprocess.run([BIN, 'info', m.mnt], capture_output=True, text=True, timeout=120)
+        assert text.returncode == 0, text.stderr
+    finally:
+        m.close()
+
+    def info(*args):
+        r = subprocess.run([BIN, 'info', *args, run_dir], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return r
+    r = info('--json', '-o', 'debug')
+    assert json.loads(r.stdout) == mounted
+    n = len(h5_files(run_dir))
+    assert f'{n} of {n} files described by the files map' in r.stderr, r.stderr
+    assert info().stdout == text.stdout
+    os.remove(osp.join(run_dir, 'karabo_data_map.json'))
+    r = info('--json', '-o', 'debug')
+    assert json.loads(r.stdout) == mounted
+    assert 'files map' not in r.stderr, r.stderr
 
 
 def test_map_in_the_proposal_scratch_folder(run):

@@ -1,4 +1,4 @@
-#include "fusefs/info.h"
+#include "daemon/info.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -22,7 +22,7 @@
 #include "vfs/sidecar.h"
 #include "vfs/tree.h"
 
-namespace h5d::fusefs {
+namespace h5d::daemon {
 namespace {
 
 bool has_h5_files(const std::string& dir) {
@@ -173,14 +173,16 @@ int run_info(const std::string& program, const std::vector<std::string>& args) {
       o.m.engine.helper.path = find_helper();
       if (o.m.engine.helper.path.empty())
         throw std::runtime_error("h5direct-helper not found beside this program (nor in ../libexec/h5direct)");
-      // Warnings (files skipped, data errors) on stderr; the summary alone on stdout.
-      log::set_sink([program](log::Level l, const std::string& msg) {
-        if (l >= log::Level::Warn) std::fprintf(stderr, "%s: %s\n", program.c_str(), msg.c_str());
+      // Warnings (files skipped, data errors) on stderr, every line with -o debug; the summary
+      // alone on stdout.
+      const bool all = o.m.debug;
+      log::set_debug(all);
+      log::set_sink([program, all](log::Level l, const std::string& msg) {
+        if (all || l >= log::Level::Warn) std::fprintf(stderr, "%s: %s\n", program.c_str(), msg.c_str());
       });
       Engine engine(o.m.engine);
-      euxfel::RunOptions ro;
-      ro.inc_suspect_trains = o.m.vfs.inc_suspect_trains;
-      auto run = euxfel::Run::open(engine, o.path, ro);
+      // As a mount's run view opens it: EXtra-data's files map included.
+      auto run = vfs::open_run(engine, o.path, o.m.vfs);
       summary = vfs::run_summary_json(*run);
     }
     if (o.json) {
@@ -198,4 +200,4 @@ int run_info(const std::string& program, const std::vector<std::string>& args) {
   return 0;
 }
 
-}  // namespace h5d::fusefs
+}  // namespace h5d::daemon

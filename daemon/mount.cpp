@@ -1,4 +1,4 @@
-#include "fusefs/mount.h"
+#include "daemon/mount.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -44,7 +44,7 @@
 #define H5D_VERSION "unknown"
 #endif
 
-namespace h5d::fusefs {
+namespace h5d::daemon {
 namespace {
 
 std::string g_program = "h5direct";  // as invoked (program_name), set once by run_mount
@@ -158,7 +158,7 @@ bool set_readahead(const std::string& mnt, unsigned kb, bool verbose = true) {
 // Runs while INIT is handled, before its reply: the kernel sets the mount's read-ahead to
 // min(its current value, the reply's max_readahead), so both are raised here, and no file can be
 // opened (with the kernel's default read-ahead fixed for that open file) before it is done.
-void raise_readahead(Context& c, fuse_conn_info* conn) {
+void raise_readahead(fusefs::Context& c, fuse_conn_info* conn) {
   if (c.readahead_kb == 0) return;
   conn->max_readahead = c.readahead_kb * 1024u;
   if (set_readahead(c.mountpoint, c.readahead_kb)) {
@@ -496,8 +496,8 @@ int run_mount(int argc, char** argv) {
   if (m.fuse.auto_unmount) mount_opts += ",auto_unmount";
   // Spliced replies must fit libfuse's pipe: cap the requests to what does (fusefs/adapter.h).
   size_t max_read = 0;
-  if (m.fuse.splice && !m.vfs.writable && splice_max_read() < (1u << 20)) {
-    max_read = splice_max_read();
+  if (m.fuse.splice && !m.vfs.writable && fusefs::splice_max_read() < (1u << 20)) {
+    max_read = fusefs::splice_max_read();
     mount_opts += ",max_read=" + std::to_string(max_read);
   }
   std::vector<std::string> arg_store = {prog, "-o", mount_opts};
@@ -505,7 +505,7 @@ int run_mount(int argc, char** argv) {
   for (auto& a : arg_store) fargv.push_back(a.data());
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(fargv.size()), fargv.data());
 
-  Context ctx;
+  fusefs::Context ctx;
   ctx.opts = m.fuse;
   ctx.mountpoint = m.mountpoint;
   ctx.readahead_kb =
@@ -513,7 +513,7 @@ int run_mount(int argc, char** argv) {
   ctx.at_init = raise_readahead;
   ctx.max_read = max_read;
   std::unique_ptr<fuse_session, SessionDeleter> se(
-      fuse_session_new(&args, &operations(), sizeof(fuse_lowlevel_ops), &ctx));
+      fuse_session_new(&args, &fusefs::operations(), sizeof(fuse_lowlevel_ops), &ctx));
   fuse_opt_free_args(&args);
   if (!se) return die("error: cannot create the FUSE session (see the message above)");
   ctx.se = se.get();
@@ -624,4 +624,4 @@ int run_mount(int argc, char** argv) {
   return status;
 }
 
-}  // namespace h5d::fusefs
+}  // namespace h5d::daemon

@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-namespace h5d::fusefs {
+namespace h5d::daemon {
 
 // `args`: the arguments after "info". Returns the process exit status.
 int run_info(const std::string& program, const std::vector<std::string>& args);
 
-}  // namespace h5d::fusefs
+}  // namespace h5d::daemon
