@@ -9,6 +9,7 @@
 //     in memory: more bytes may come), and the file's metadata flushed (H5Fflush).
 //   existing contiguous datasets (option write_existing): pwrite in place.
 // Knows nothing of FUSE, .npy or JSON. Byte offsets are those of the array's C-order bytes.
+// Side: daemon (the public interface of the write path; no libhdf5: docs/architecture.md)
 #pragma once
 #include <sys/types.h>
 

@@ -10,7 +10,7 @@
 #pragma once
 #include <string>
 
-#include "core/array/dtype.h"
+#include "core/vocab/dtype.h"
 #include "core/array/region.h"
 
 namespace h5d::vfs {

@@ -9,11 +9,11 @@
 #include <utility>
 #include <vector>
 
-#include "core/array/dtype.h"
+#include "core/vocab/dtype.h"
 #include "core/error.h"
 #include "core/euxfel/h5meta.h"
 #include "core/h5lib/h5file.h"
-#include "core/value.h"
+#include "core/vocab/value.h"
 
 namespace h5d::proto {
 
