@@ -83,7 +83,7 @@ def module_of(rel):
         return top
     if len(parts) == 2:
         stem = parts[1].split('.')[0]
-        return {'error': 'base', 'log': 'base', 'writer': 'write'}.get(stem, '?')
+        return 'base' if stem in ('error', 'log') else '?'
     return parts[1] if parts[1] in ALLOWED else '?'
 
 

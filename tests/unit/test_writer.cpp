@@ -1,4 +1,4 @@
-// The write path (core/writer.*): files, groups and datasets created through h5d::Writer, bytes
+// The write path (core/write/): files, groups and datasets created through h5d::Writer, bytes
 // written as C-order byte ranges (out of order, overlapping, partial chunks), then checked with
 // libhdf5 as the oracle. The oracle opens a byte copy of the file, never the file itself, so that
 // it cannot share the writer's open libhdf5 file or its caches: it sees what a reader, or a
@@ -29,7 +29,7 @@
 #include "core/error.h"
 #include "core/h5lib/h5lib.h"
 #include "core/array/region.h"
-#include "core/writer.h"
+#include "core/write/writer.h"
 #include "tests/support/h5fixture.h"
 
 using namespace h5d;
@@ -676,7 +676,7 @@ TEST_CASE("writer: concurrent writes to one dataset", "[writer]") {
   }
 }
 
-// Writer::close_all's contract (core/writer.h) with writes still coming from other threads: a
+// Writer::close_all's contract (core/write/writer.h) with writes still coming from other threads: a
 // write either reaches the file or fails with EIO, once EIO always EIO, and none lands in a file
 // opened after close_all (which would get a descriptor number close_all let go of). Under TSan
 // (tools/test-sanitizers.sh) this is also the check that FileState is safe from any thread.
