@@ -4,7 +4,10 @@
 // is here, under the HDF5 lock.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/filters/filters.h"
@@ -64,6 +67,27 @@ h5::Handle make_type(const TypeStr& ts) {
 
 std::vector<hsize_t> to_hsize(const std::vector<uint64_t>& v) { return {v.begin(), v.end()}; }
 
+// Whether the link `p` exists: false when it, or a group on its way, is absent; Error(EIO) with
+// libhdf5's reason when H5Lexists fails otherwise (a path through a dataset, a damaged file),
+// never "absent". libhdf5 1.10 fails H5Lexists on a missing group on the way instead of
+// answering false, so the links on the way are asked for one by one, outermost first.
+bool link_exists(hid_t loc, const std::string& p, const std::string& what) {
+  auto ask = [&](const std::string& link) {
+    const htri_t r = H5Lexists(loc, link.c_str(), H5P_DEFAULT);
+    h5::check(static_cast<herr_t>(r), what + ": H5Lexists");
+    return r > 0;
+  };
+  bool any = false;
+  for (size_t end = 0;;) {
+    const size_t start = p.find_first_not_of('/', end);
+    if (start == std::string::npos) break;
+    end = std::min(p.find('/', start), p.size());
+    if (!ask(p.substr(0, end))) return false;
+    any = true;
+  }
+  return any || ask(p);  // "/" (or no name at all: libhdf5 says what it makes of that)
+}
+
 // In process, under the HDF5 lock: unit tests, and the writer process itself.
 class LocalWriteFile final : public WriteFile {
  public:
@@ -74,7 +98,7 @@ class LocalWriteFile final : public WriteFile {
     // process they share one file in libhdf5, which refuses differing locking flags); other
     // processes may read the file meanwhile.
     h5::Handle fapl = h5::check(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
-    H5Pset_file_locking(fapl.get(), false, true);
+    h5::check(H5Pset_file_locking(fapl.get(), false, true), "H5Pset_file_locking");
     fid_ = h5::Handle(H5Fcreate(path_.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get()));
     if (!fid_) {
       struct stat st;
@@ -83,9 +107,9 @@ class LocalWriteFile final : public WriteFile {
     }
     if (H5Fflush(fid_.get(), H5F_SCOPE_LOCAL) < 0) log::warn(path_ + ": H5Fflush failed: " + h5::error_stack());
     void* vfd = nullptr;
+    h5::check(H5Fget_vfd_handle(fid_.get(), H5P_DEFAULT, &vfd), path_ + ": H5Fget_vfd_handle");
     struct stat created;
-    if (H5Fget_vfd_handle(fid_.get(), H5P_DEFAULT, &vfd) < 0 || !vfd || ::fstat(*static_cast<int*>(vfd), &created) != 0)
-      fail(EIO, path_ + ": cannot see the file libhdf5 created");
+    if (!vfd || ::fstat(*static_cast<int*>(vfd), &created) != 0) fail(EIO, path_ + ": cannot see the file libhdf5 created");
     dev = created.st_dev;
     ino = created.st_ino;
   }
@@ -100,7 +124,7 @@ class LocalWriteFile final : public WriteFile {
 
   bool exists(const std::string& p) override {
     auto lk = h5::lock();
-    return H5Lexists(file(), p.c_str(), H5P_DEFAULT) > 0;
+    return link_exists(file(), p, path_ + ":" + p);
   }
 
   void create_group(const std::string& p) override {
