@@ -11,7 +11,7 @@
 #include <string>
 
 #include "core/vocab/dtype.h"
-#include "core/array/region.h"
+#include "core/vocab/shape.h"
 
 namespace h5d::vfs {
 

@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "core/filters/filters.h"
-#include "core/array/region.h"
+#include "core/vocab/filter_info.h"
+#include "core/vocab/shape.h"
 
 namespace h5d {
 
