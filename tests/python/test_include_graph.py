@@ -67,6 +67,18 @@ def test_a_forbidden_include_fails(tree, file, include, edge):
     assert f'{file}: {edge} ("{include}")' in out.splitlines()
 
 
+def test_an_exception_whose_include_is_gone_fails(tree):
+    """The named exceptions only shrink: one whose include is gone (vds.cpp's of h5file.h) fails."""
+    f = tree / 'core' / 'array' / 'vds.cpp'
+    text = f.read_text()
+    assert '#include "core/h5lib/h5file.h"\n' in text
+    f.write_text(text.replace('#include "core/h5lib/h5file.h"\n', ''))
+    rc, out = run(str(tree))
+    assert rc == 1
+    assert out.splitlines() == [
+        'core/array/vds.cpp: no longer includes "core/h5lib/h5file.h": remove the exception from tools/check_includes.py']
+
+
 def test_an_unnamed_core_folder_fails(tree):
     (tree / 'core' / 'misc').mkdir()
     (tree / 'core' / 'misc' / 'thing.h').write_text('#pragma once\n')
