@@ -12,7 +12,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/engine/engine.h"
-#include "core/writer.h"
+#include "core/write/writer.h"
 #include "fusefs/fuse_options.h"
 #include "vfs/vfs_options.h"
 

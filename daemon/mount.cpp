@@ -34,7 +34,7 @@
 #include "core/h5lib/h5helper.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "core/writer.h"
+#include "core/write/writer.h"
 #include "fusefs/adapter.h"
 #include "vfs/providers.h"
 #include "vfs/tree.h"

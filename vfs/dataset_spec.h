@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <string>
 
-#include "core/writer.h"
+#include "core/write/writer.h"
 #include "vfs/npy.h"
 
 namespace h5d::vfs {

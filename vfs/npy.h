@@ -10,8 +10,8 @@
 #pragma once
 #include <string>
 
-#include "core/array/dtype.h"
-#include "core/array/region.h"
+#include "core/vocab/dtype.h"
+#include "core/vocab/shape.h"
 
 namespace h5d::vfs {
 

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/array/region.h"
+#include "core/filters/filters.h"
 
 namespace h5d::vfs {
 namespace {

@@ -4,9 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/array/dtype.h"
-#include "core/h5lib/h5file.h"
-#include "core/value.h"
+#include "core/vocab/dtype.h"
+#include "core/vocab/dataset_info.h"
+#include "core/vocab/value.h"
 
 namespace h5d::vfs {
 

@@ -18,7 +18,7 @@
 #include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "core/writer.h"
+#include "core/write/writer.h"
 #include "vfs/sidecar.h"
 #include "vfs/writable.h"
 

@@ -1,5 +1,5 @@
 // The write side of the tree (rw mounts): what mkdir and create make, and the state machine of a
-// new dataset's files. Knows nothing of FUSE; the HDF5 side is core/writer.*.
+// new dataset's files. Knows nothing of FUSE; the HDF5 side is core/write/.
 //
 //   mkdir SRCDIR/NAME.h5        -> a new HDF5 file (Writer::create_file); other names: a real directory
 //   mkdir NEWFILE.h5/.../NAME   -> a group
@@ -15,7 +15,7 @@
 #include <memory>
 #include <string>
 
-#include "core/writer.h"
+#include "core/write/writer.h"
 #include "vfs/tree.h"
 
 namespace h5d::vfs {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/array/dtype.h"
+#include "core/vocab/dtype.h"
 #include "core/array/region.h"
 
 namespace h5d {

@@ -12,7 +12,8 @@
 #include <string>
 
 #include "core/array/array.h"
-#include "core/h5lib/h5file.h"
+#include "core/array/storage_info.h"
+#include "core/vocab/dataset_info.h"
 #include "core/fmt/chunk_index.h"
 
 namespace h5d {

@@ -8,7 +8,8 @@
 #include <vector>
 
 #include "core/array/array.h"
-#include "core/h5lib/h5file.h"
+#include "core/array/storage_info.h"
+#include "core/vocab/dataset_info.h"
 
 namespace h5d {
 class Engine;

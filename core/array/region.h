@@ -7,9 +7,9 @@
 #include <functional>
 #include <vector>
 
-namespace h5d {
+#include "core/vocab/shape.h"
 
-using Shape = std::vector<uint64_t>;
+namespace h5d {
 
 struct Region {
   Shape start;

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/value.h"
+#include "core/vocab/value.h"
 
 namespace h5d {
 class H5File;

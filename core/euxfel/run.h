@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "core/array/array.h"
-#include "core/array/dtype.h"
-#include "core/value.h"
+#include "core/vocab/dtype.h"
+#include "core/vocab/value.h"
 
 namespace h5d {
 class Engine;

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/array/array.h"
-#include "core/value.h"
+#include "core/vocab/value.h"
 
 namespace h5d::euxfel::detail {
 

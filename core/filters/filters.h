@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/vocab/filter_info.h"
+
 namespace h5d::filters {
 
 // Filter ids, the one place they are spelled: 1-6 are HDF5's own (H5Zpublic.h), the others as
@@ -25,13 +27,6 @@ enum FilterId : int {
   kLz4 = 32004,
   kBitshuffle = 32008,
   kZstd = 32015,
-};
-
-struct FilterInfo {
-  int id = 0;
-  std::string name;  // as stored in the pipeline message (may be empty)
-  unsigned flags = 0;
-  std::vector<unsigned> cd_values;
 };
 
 // Canonical short name for a filter id ("deflate", "shuffle", "blosc", ...; "filter-<id>").
@@ -54,9 +49,3 @@ void decode_chunk(const std::vector<FilterInfo>& pipeline, uint32_t filter_mask,
                   const uint8_t* in, size_t in_len, size_t out_size, std::vector<uint8_t>& out);
 
 }  // namespace h5d::filters
-
-namespace h5d {
-// A dataset's pipeline as stored is also metadata of the dataset (DatasetInfo::filters in
-// h5lib/h5file.h, the helper protocol, the writer's specs): that one type is named in h5d too.
-using filters::FilterInfo;
-}  // namespace h5d

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/fmt/byte_source.h"
-#include "core/array/region.h"
+#include "core/vocab/shape.h"
 
 namespace h5d::fmt {
 

@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "core/array/array.h"
-#include "core/array/dtype.h"
+#include "core/array/storage_info.h"
 #include "core/engine/fd_cache.h"
 #include "core/filters/filters.h"
 #include "core/fmt/chunk_index.h"
-#include "core/value.h"
+#include "core/vocab/dataset_info.h"
 
 namespace h5d {
 
@@ -41,60 +41,6 @@ struct LinkEntry {
   // holding a link to itself): that group's path. The tree shows it as a symbolic link up to
   // that group's directory (an endless tree otherwise). Empty for every other member.
   std::string ancestor;
-};
-
-// A regular hyperslab selection (or "all" when is_all). count/block may be ~0 (unlimited).
-struct Hyperslab {
-  bool is_all = false;
-  Shape start, stride, count, block;
-};
-
-struct VdsMapping {
-  std::string file_name;      // as stored ("." = the VDS's own file)
-  std::string dataset_name;   // as stored
-  std::string resolved_file;  // absolute path found by HDF5's rules, "" if not found
-  Hyperslab vspace, srcspace;
-  Shape src_shape;            // source dataset extent when it could be opened
-  // The file is found but the dataset is not there (a dangling soft or external link on its
-  // path, say): why. Only from H5File::dataset_details.
-  std::string source_missing;
-};
-
-struct DatasetInfo {
-  std::string file;  // absolute path of the HDF5 file
-  std::string path;  // dataset path inside the file
-  Shape shape, maxshape;  // maxshape entries ~0 = unlimited
-  DType dtype;       // element type after folding array types into the shape
-  bool is_array = true;      // false: variable-length data, references, ... (see why_not_array)
-  std::string why_not_array;
-  std::string hdf5_type;     // short description of the HDF5 type ("vlen string", "H5T_STD_U16LE")
-  std::string layout;        // "contiguous", "chunked", "compact", "virtual"
-  Shape chunks;              // chunked only
-  std::string chunk_index;   // "btree-v1", "fixed-array", ... (chunked only)
-  std::vector<FilterInfo> filters;
-  std::vector<uint8_t> fill_value;  // one element's bytes (zeros when undefined)
-  bool fill_value_defined = false;
-  std::vector<std::pair<std::string, Value>> attrs;  // only from H5File::dataset_details
-  std::vector<VdsMapping> vds;
-  std::string read_path;     // "direct" or "library: <reason>"
-  bool convert_type = false; // stored bytes differ from dtype's standard layout (h5::needs_conversion):
-                             // read through libhdf5 into h5::standard_type
-  Value small_value;         // for non-arrays: the value itself when it is small (strings);
-                             // only from H5File::dataset_details
-};
-
-// What H5File learns about a dataset's storage, beyond the public DatasetInfo.
-struct StorageInfo {
-  size_t ds_rank = 0;      // rank of the HDF5 dataspace (array element types add trailing dims)
-  uint64_t ohdr_addr = 0;  // object header address (relative)
-  fmt::FileGeometry geo;
-  uint64_t contiguous_addr = fmt::kUndefAddr;  // absolute (H5Dget_offset already adds the user block)
-  uint64_t storage_size = 0;
-  bool external = false;       // external raw storage (H5Pget_external_count > 0)
-  bool library_only = false;   // must read through libhdf5
-  std::string library_reason;
-  std::string damaged;         // not empty: why every read of the dataset is EIO (a damaged layout)
-  FileIdentity file_id;        // the file this was read from; data reads check it (ESTALE)
 };
 
 class H5File : public std::enable_shared_from_this<H5File> {

@@ -22,7 +22,7 @@
 #include "core/h5lib/h5file.h"
 #include "core/h5lib/h5lib.h"
 #include "core/log.h"
-#include "core/writer.h"
+#include "core/write/writer.h"
 
 extern char** environ;
 

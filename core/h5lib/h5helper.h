@@ -12,7 +12,7 @@
 // passed or the file changes (size, mtime, inode). Data reads (pread + decode) stay in the
 // daemon: only metadata and LibraryArray's H5Dread cross the boundary (h5proto.h).
 //
-// Writes cross it too, through the same HelperProcess: each file created by core/writer.cpp
+// Writes cross it too, through the same HelperProcess: each file created by core/write/
 // has a writer process of its own (the same executable, proto::is_write_op requests), which is
 // not restarted when it fails: that file's later calls fail with Error(EIO).
 #pragma once

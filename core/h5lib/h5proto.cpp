@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "core/array/region.h"
+#include "core/vocab/shape.h"
 
 namespace h5d::proto {
 

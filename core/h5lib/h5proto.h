@@ -9,11 +9,11 @@
 #include <utility>
 #include <vector>
 
-#include "core/array/dtype.h"
+#include "core/vocab/dtype.h"
 #include "core/error.h"
 #include "core/euxfel/h5meta.h"
 #include "core/h5lib/h5file.h"
-#include "core/value.h"
+#include "core/vocab/value.h"
 
 namespace h5d::proto {
 
@@ -52,7 +52,7 @@ enum class Op : uint16_t {
   DatasetDetails,
   MetaSequenceFile,  // everything Run::open reads from one sequence file (meta::read_sequence_file)
   DatasetsDetails,   // dataset_details of several datasets of one file (H5File::datasets_details)
-  // A written file's writer process (core/writer.cpp, one process per file): the first request
+  // A written file's writer process (core/write/, one process per file): the first request
   // creates the file, the others act on it; every one names the file.
   WriteCreateFile,
   WriteExists,

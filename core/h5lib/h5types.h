@@ -4,10 +4,10 @@
 
 #include <string>
 
-#include "core/array/dtype.h"
+#include "core/vocab/dtype.h"
 #include "core/h5lib/h5lib.h"
 #include "core/array/region.h"
-#include "core/value.h"
+#include "core/vocab/value.h"
 
 namespace h5d::h5 {
 

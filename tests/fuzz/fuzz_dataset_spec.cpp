@@ -12,7 +12,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "core/writer.h"
+#include "core/write/writer.h"
 #include "vfs/dataset_spec.h"
 #include "vfs/npy.h"
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/array/region.h"
 #include "core/error.h"
 #include "core/fmt/chunk_index.h"
 #include "core/fmt/checksum.h"

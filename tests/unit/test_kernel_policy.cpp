@@ -11,7 +11,7 @@
 #include <string>
 
 #include "core/engine/engine.h"
-#include "core/writer.h"
+#include "core/write/writer.h"
 #include "tests/support/h5fixture.h"
 #include "vfs/kernel_policy.h"
 #include "vfs/vfs.h"

@@ -1,4 +1,4 @@
-// The write path (core/writer.*): files, groups and datasets created through h5d::Writer, bytes
+// The write path (core/write/): files, groups and datasets created through h5d::Writer, bytes
 // written as C-order byte ranges (out of order, overlapping, partial chunks), then checked with
 // libhdf5 as the oracle. The oracle opens a byte copy of the file, never the file itself, so that
 // it cannot share the writer's open libhdf5 file or its caches: it sees what a reader, or a
@@ -29,7 +29,7 @@
 #include "core/error.h"
 #include "core/h5lib/h5lib.h"
 #include "core/array/region.h"
-#include "core/writer.h"
+#include "core/write/writer.h"
 #include "tests/support/h5fixture.h"
 
 using namespace h5d;
@@ -676,7 +676,7 @@ TEST_CASE("writer: concurrent writes to one dataset", "[writer]") {
   }
 }
 
-// Writer::close_all's contract (core/writer.h) with writes still coming from other threads: a
+// Writer::close_all's contract (core/write/writer.h) with writes still coming from other threads: a
 // write either reaches the file or fails with EIO, once EIO always EIO, and none lands in a file
 // opened after close_all (which would get a descriptor number close_all let go of). Under TSan
 // (tools/test-sanitizers.sh) this is also the check that FileState is safe from any thread.
@@ -898,6 +898,47 @@ TEST_CASE("writer: with helpers, libhdf5 runs in one writer process per file", "
   CHECK(s1.chunks == std::vector<hsize_t>{8, 16});
   REQUIRE(diff(s1.data, expect) == "");
   REQUIRE(diff(read_stored(f2, "/c", "<f8").data, csrc) == "");
+}
+
+// WriteFile::exists answers "absent" only when the link is absent (it, or a group on its way);
+// a libhdf5 failure is an error, not "absent" (issue 28: an H5Lexists failure was read as
+// absent). In process and in the file's writer process alike.
+TEST_CASE("writer: WriteFile::exists tells absent from a libhdf5 failure", "[writer]") {
+  for (const bool helpers : {false, true}) {
+    INFO((helpers ? "in the writer process" : "in process"));
+    Engine e(helpers ? engine_with_helpers() : engine_opts(2));
+    const std::string f = fresh_path(helpers ? "exists_remote" : "exists_local");
+    dev_t dev = 0;
+    ino_t ino = 0;
+    std::unique_ptr<WriteFile> file = create_write_file(e, f, dev, ino);
+    CHECK((file->pid() > 0) == helpers);
+    file->create_group("/g");
+    NewDataset spec;
+    spec.shape = {3};
+    spec.typestr = "<u2";
+    file->create_dataset("/g/d", spec);
+    file->close_dataset("/g/d");
+    file->flush();
+    // The oracle: libhdf5 on a byte copy of the file.
+    REQUIRE(stored_group_exists(f, "/g"));
+    REQUIRE_FALSE(stored_group_exists(f, "/h"));
+    REQUIRE(read_stored(f, "/g/d", "<u2").dims == std::vector<hsize_t>{3});
+    CHECK(file->exists("/"));
+    CHECK(file->exists("/g"));
+    CHECK(file->exists("/g/d"));
+    CHECK_FALSE(file->exists("/h"));
+    CHECK_FALSE(file->exists("/g/e"));
+    // A group missing on the way: absent (libhdf5 1.10's H5Lexists fails there instead).
+    CHECK_FALSE(file->exists("/h/x"));
+    CHECK_FALSE(file->exists("/g/e/x/y"));
+    // A path through a dataset: H5Lexists fails; that is EIO, not "absent".
+    CHECK(errno_of([&] { file->exists("/g/d/x"); }) == EIO);
+    // ... and the file goes on (the writer process answered with an error, it did not break).
+    file->create_group("/g/after");
+    CHECK(file->exists("/g/after"));
+    file->close();
+    CHECK(stored_group_exists(f, "/g/after"));
+  }
 }
 
 TEST_CASE("writer: a killed writer process fails its file's writes with EIO, not another file's", "[writer]") {

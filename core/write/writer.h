@@ -9,6 +9,12 @@
 //     in memory: more bytes may come), and the file's metadata flushed (H5Fflush).
 //   existing contiguous datasets (option write_existing): pwrite in place.
 // Knows nothing of FUSE, .npy or JSON. Byte offsets are those of the array's C-order bytes.
+// Side: daemon (the public interface of the write path; no libhdf5). The files of core/write/:
+//   assemble.cpp    (daemon) Writer, its files, the contiguous and chunked dataset writers
+//   remote_file.cpp (daemon) the WriteFile of the daemon: requests to the file's writer process
+//   local_file.cpp  (helper) the WriteFile that calls libhdf5 in process
+//   server.cpp      (helper) the writer process's answers (helper::serve_write)
+//   write_file.cpp  (both)   create_write_file: which of the two WriteFiles
 #pragma once
 #include <sys/types.h>
 
@@ -20,8 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "core/filters/filters.h"
-#include "core/array/region.h"
+#include "core/vocab/filter_info.h"
+#include "core/vocab/shape.h"
 
 namespace h5d {
 

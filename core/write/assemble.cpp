@@ -1,4 +1,8 @@
-#include "core/writer.h"
+// Side: daemon. The write path's daemon side (writer.h): the Writer, the files it writes into,
+// and the dataset writers that turn pwrites into file bytes: contiguous datasets in place,
+// chunked ones assembled chunk by chunk in memory and compressed on the pool. libhdf5 is only
+// ever reached through a WriteFile (write_file.cpp): in the daemon, a writer process.
+#include "core/write/writer.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -16,10 +20,8 @@
 #include "core/filters/encode.h"
 #include "core/filters/filters.h"
 #include "core/h5lib/h5file.h"
-#include "core/h5lib/h5helper.h"
-#include "core/h5lib/h5lib.h"
-#include "core/h5lib/h5proto.h"
 #include "core/log.h"
+#include "core/write/write_internal.h"
 
 namespace h5d {
 
@@ -112,94 +114,6 @@ void pread_all(int fd, uint8_t* p, size_t n, uint64_t off, const std::string& wh
     p += r;
     n -= static_cast<size_t>(r);
     off += static_cast<uint64_t>(r);
-  }
-}
-
-// A numpy typestr checked against what the writer can make ("<u2", ">f8", "|b1", "<c8", "|S16").
-struct TypeStr {
-  char kind = 0;
-  bool big_endian = false;
-  size_t size = 0;
-};
-
-TypeStr parse_typestr(const std::string& ts) {
-  auto bad = [&](const char* why) { fail(EINVAL, "unsupported dtype '" + ts + "'" + why); };
-  if (ts.size() < 3 || ts.size() > 12) bad("");
-  const char order = ts[0];
-  if (order != '<' && order != '>' && order != '|' && order != '=') bad("");
-  for (size_t i = 2; i < ts.size(); ++i) {
-    if (ts[i] < '0' || ts[i] > '9') bad("");
-  }
-  TypeStr t;
-  t.kind = ts[1];
-  t.big_endian = order == '>';
-  t.size = std::stoull(ts.substr(2));  // at most 10 digits: no overflow
-  const size_t n = t.size;
-  switch (t.kind) {
-    case 'u':
-    case 'i':
-      if (n != 1 && n != 2 && n != 4 && n != 8) bad("");
-      break;
-    case 'f':
-      if (n != 4 && n != 8) bad(" (float32 and float64 only)");
-      break;
-    case 'c':
-      if (n != 8 && n != 16) bad("");
-      break;
-    case 'b':
-      if (n != 1) bad("");
-      break;
-    case 'S':
-      // An HDF5 type size is a 32-bit field.
-      if (n == 0 || n > 0xffffffffull) bad("");
-      break;
-    default:
-      bad(" (integers, float32/64, bool, complex, bytes)");
-  }
-  return t;
-}
-
-// The HDF5 type of a checked typestr (as h5py writes them: bool as an int8 enum, complex as an
-// {r, i} compound, bytes as a null-padded fixed string).
-h5::Handle make_type(const TypeStr& ts) {
-  const bool be = ts.big_endian;
-  const size_t size = ts.size;
-  auto copy = [](hid_t t) { return h5::check(H5Tcopy(t), "H5Tcopy"); };
-  switch (ts.kind) {
-    case 'u':
-    case 'i': {
-      const bool u = ts.kind == 'u';
-      switch (size) {
-        case 1: return copy(u ? H5T_STD_U8LE : H5T_STD_I8LE);
-        case 2: return copy(u ? (be ? H5T_STD_U16BE : H5T_STD_U16LE) : (be ? H5T_STD_I16BE : H5T_STD_I16LE));
-        case 4: return copy(u ? (be ? H5T_STD_U32BE : H5T_STD_U32LE) : (be ? H5T_STD_I32BE : H5T_STD_I32LE));
-        default: return copy(u ? (be ? H5T_STD_U64BE : H5T_STD_U64LE) : (be ? H5T_STD_I64BE : H5T_STD_I64LE));
-      }
-    }
-    case 'f':
-      if (size == 4) return copy(be ? H5T_IEEE_F32BE : H5T_IEEE_F32LE);
-      return copy(be ? H5T_IEEE_F64BE : H5T_IEEE_F64LE);
-    case 'c': {
-      hid_t f = size == 8 ? (be ? H5T_IEEE_F32BE : H5T_IEEE_F32LE) : (be ? H5T_IEEE_F64BE : H5T_IEEE_F64LE);
-      h5::Handle t = h5::check(H5Tcreate(H5T_COMPOUND, size), "H5Tcreate");
-      h5::check(H5Tinsert(t.get(), "r", 0, f), "H5Tinsert");
-      h5::check(H5Tinsert(t.get(), "i", size / 2, f), "H5Tinsert");
-      return t;
-    }
-    case 'b': {
-      h5::Handle t = h5::check(H5Tenum_create(H5T_NATIVE_INT8), "H5Tenum_create");
-      int8_t v = 0;
-      h5::check(H5Tenum_insert(t.get(), "FALSE", &v), "H5Tenum_insert");
-      v = 1;
-      h5::check(H5Tenum_insert(t.get(), "TRUE", &v), "H5Tenum_insert");
-      return t;
-    }
-    default: {  // 'S'
-      h5::Handle t = copy(H5T_C_S1);
-      h5::check(H5Tset_size(t.get(), size), "H5Tset_size");
-      h5::check(H5Tset_strpad(t.get(), H5T_STR_NULLPAD), "H5Tset_strpad");
-      return t;
-    }
   }
 }
 
@@ -783,8 +697,49 @@ void ensure_size(int fd, uint64_t size, const std::string& what) {
 
 }  // namespace
 
+namespace detail {
+
+TypeStr parse_typestr(const std::string& ts) {
+  auto bad = [&](const char* why) { fail(EINVAL, "unsupported dtype '" + ts + "'" + why); };
+  if (ts.size() < 3 || ts.size() > 12) bad("");
+  const char order = ts[0];
+  if (order != '<' && order != '>' && order != '|' && order != '=') bad("");
+  for (size_t i = 2; i < ts.size(); ++i) {
+    if (ts[i] < '0' || ts[i] > '9') bad("");
+  }
+  TypeStr t;
+  t.kind = ts[1];
+  t.big_endian = order == '>';
+  t.size = std::stoull(ts.substr(2));  // at most 10 digits: no overflow
+  const size_t n = t.size;
+  switch (t.kind) {
+    case 'u':
+    case 'i':
+      if (n != 1 && n != 2 && n != 4 && n != 8) bad("");
+      break;
+    case 'f':
+      if (n != 4 && n != 8) bad(" (float32 and float64 only)");
+      break;
+    case 'c':
+      if (n != 8 && n != 16) bad("");
+      break;
+    case 'b':
+      if (n != 1) bad("");
+      break;
+    case 'S':
+      // An HDF5 type size is a 32-bit field.
+      if (n == 0 || n > 0xffffffffull) bad("");
+      break;
+    default:
+      bad(" (integers, float32/64, bool, complex, bytes)");
+  }
+  return t;
+}
+
+}  // namespace detail
+
 DatasetPlan plan_dataset(const NewDataset& spec) {
-  const TypeStr ts = parse_typestr(spec.typestr);
+  const detail::TypeStr ts = detail::parse_typestr(spec.typestr);
   DatasetPlan p;
   p.itemsize = ts.size;
   const size_t rank = spec.shape.size();
@@ -813,393 +768,6 @@ DatasetPlan plan_dataset(const NewDataset& spec) {
   return p;
 }
 
-// ---- the libhdf5 side ---------------------------------------------------------------------------
-
-namespace {
-
-std::vector<hsize_t> to_hsize(const std::vector<uint64_t>& v) { return {v.begin(), v.end()}; }
-
-// In process, under the HDF5 lock: unit tests, and the writer process itself.
-class LocalWriteFile final : public WriteFile {
- public:
-  LocalWriteFile(std::string path, dev_t& dev, ino_t& ino) : path_(std::move(path)) {
-    auto lk = h5::lock();
-    // No HDF5 file locking, as H5File opens files for reading (where both opens are in one
-    // process they share one file in libhdf5, which refuses differing locking flags); other
-    // processes may read the file meanwhile.
-    h5::Handle fapl = h5::check(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
-    H5Pset_file_locking(fapl.get(), false, true);
-    fid_ = h5::Handle(H5Fcreate(path_.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get()));
-    if (!fid_) {
-      struct stat st;
-      if (::lstat(path_.c_str(), &st) == 0) fail(EEXIST, path_ + " exists");
-      h5::fail_h5(EIO, "cannot create HDF5 file " + path_);
-    }
-    if (H5Fflush(fid_.get(), H5F_SCOPE_LOCAL) < 0) log::warn(path_ + ": H5Fflush failed: " + h5::error_stack());
-    void* vfd = nullptr;
-    struct stat created;
-    if (H5Fget_vfd_handle(fid_.get(), H5P_DEFAULT, &vfd) < 0 || !vfd || ::fstat(*static_cast<int*>(vfd), &created) != 0)
-      fail(EIO, path_ + ": cannot see the file libhdf5 created");
-    dev = created.st_dev;
-    ino = created.st_ino;
-  }
-  ~LocalWriteFile() override {
-    auto lk = h5::lock();
-    dsets_.clear();
-    fid_.reset();
-  }
-
-  const std::string& path() const { return path_; }
-  pid_t pid() const override { return 0; }
-
-  bool exists(const std::string& p) override {
-    auto lk = h5::lock();
-    return H5Lexists(file(), p.c_str(), H5P_DEFAULT) > 0;
-  }
-
-  void create_group(const std::string& p) override {
-    auto lk = h5::lock();
-    h5::Handle g = h5::check(H5Gcreate2(file(), p.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                             path_ + ":" + p + ": H5Gcreate");
-    g.reset();
-    flush();
-  }
-
-  uint64_t create_dataset(const std::string& p, const NewDataset& spec) override {
-    const std::string what = path_ + ":" + p;
-    DatasetPlan plan;
-    try {
-      plan = plan_dataset(spec);
-    } catch (const Error& e) {
-      fail(e.code(), what + ": " + e.what());
-    }
-    auto lk = h5::lock();
-    h5::Handle type = make_type(parse_typestr(spec.typestr));
-    const size_t rank = spec.shape.size();
-    std::vector<hsize_t> dims(spec.shape.begin(), spec.shape.end());
-    h5::Handle space = rank == 0 ? h5::check(H5Screate(H5S_SCALAR), "H5Screate")
-                                 : h5::check(H5Screate_simple(int(rank), dims.data(), nullptr), "H5Screate_simple");
-    h5::Handle dcpl = h5::check(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate");
-    const bool chunked = !plan.chunks.empty();
-    if (chunked) {
-      std::vector<hsize_t> cd(plan.chunks.begin(), plan.chunks.end());
-      h5::check(H5Pset_chunk(dcpl.get(), int(rank), cd.data()), what + ": H5Pset_chunk");
-      for (const auto& f : plan.pipeline) {
-        if (f.id == filters::kDeflate) {
-          h5::check(H5Pset_deflate(dcpl.get(), f.cd_values.at(0)), "H5Pset_deflate");
-        } else if (f.id == filters::kShuffle) {
-          h5::check(H5Pset_shuffle(dcpl.get()), "H5Pset_shuffle");
-        } else {
-          // Optional: libhdf5 then accepts the pipeline even when the plugin is not installed
-          // here (chunks are compressed by the daemon and written directly; readers need it).
-          h5::check(H5Pset_filter(dcpl.get(), static_cast<H5Z_filter_t>(f.id), H5Z_FLAG_OPTIONAL,
-                                  f.cd_values.size(), f.cd_values.data()),
-                    what + ": H5Pset_filter " + filter_name(f.id));
-        }
-      }
-    } else {
-      h5::check(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS), "H5Pset_layout");
-      h5::check(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time");
-      h5::check(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
-    }
-    h5::Handle did = h5::check(H5Dcreate2(file(), p.c_str(), type.get(), space.get(), H5P_DEFAULT, dcpl.get(),
-                                          H5P_DEFAULT),
-                               what + ": H5Dcreate");
-    uint64_t addr = 0;
-    if (chunked) {
-      dsets_[p] = std::move(did);
-    } else if (plan.nbytes) {
-      const haddr_t a = H5Dget_offset(did.get());
-      if (a == HADDR_UNDEF) h5::fail_h5(EIO, what + ": no file offset (H5Dget_offset)");
-      addr = a;
-    }
-    did.reset();
-    flush();
-    return addr;
-  }
-
-  void write_chunk(const std::string& p, const std::vector<uint64_t>& offset,
-                   const std::vector<uint8_t>& bytes) override {
-    auto lk = h5::lock();
-    const auto offs = to_hsize(offset);
-    h5::check(H5Dwrite_chunk(dataset(p), H5P_DEFAULT, 0, offs.data(), bytes.size(), bytes.data()),
-              path_ + ":" + p + ": H5Dwrite_chunk");
-  }
-
-  std::vector<uint8_t> read_chunk(const std::string& p, const std::vector<uint64_t>& offset, uint64_t size,
-                                  uint32_t& mask) override {
-    auto lk = h5::lock();
-    const auto offs = to_hsize(offset);
-    const hid_t did = dataset(p);
-    hsize_t sz = 0;
-    h5::check(H5Dget_chunk_storage_size(did, offs.data(), &sz), path_ + ":" + p + ": H5Dget_chunk_storage_size");
-    if (sz != size)
-      fail(EIO, path_ + ":" + p + ": the chunk in the file has " + std::to_string(sz) + " bytes, " +
-                    std::to_string(size) + " were written (the file was changed behind the writer)");
-    std::vector<uint8_t> out(sz);
-    mask = 0;
-    h5::check(H5Dread_chunk(did, H5P_DEFAULT, offs.data(), &mask, out.data()), path_ + ":" + p + ": H5Dread_chunk");
-    return out;
-  }
-
-  void close_dataset(const std::string& p) override {
-    auto lk = h5::lock();
-    dsets_.erase(p);
-  }
-
-  void flush() override {
-    auto lk = h5::lock();
-    h5::check(H5Fflush(file(), H5F_SCOPE_LOCAL), path_ + ": H5Fflush");
-  }
-
-  void close() override {
-    auto lk = h5::lock();
-    if (!fid_) return;
-    dsets_.clear();
-    std::string err;
-    if (H5Fflush(fid_.get(), H5F_SCOPE_LOCAL) < 0) err = h5::error_stack();
-    fid_.reset();
-    if (!err.empty()) fail(EIO, path_ + ": H5Fflush: " + err);
-  }
-
- private:
-  hid_t file() const {
-    if (!fid_) fail(EIO, path_ + ": closed");
-    return fid_.get();
-  }
-  hid_t dataset(const std::string& p) const {
-    auto it = dsets_.find(p);
-    if (it == dsets_.end()) fail(EIO, path_ + ":" + p + ": not a chunked dataset open for writing");
-    return it->second.get();
-  }
-
-  std::string path_;
-  h5::Handle fid_;
-  std::map<std::string, h5::Handle> dsets_;  // chunked datasets, open for their chunks
-};
-
-void put_spec(proto::Out& o, const NewDataset& d) {
-  proto::put(o, std::vector<uint64_t>(d.shape.begin(), d.shape.end()));
-  proto::put(o, d.typestr);
-  proto::put(o, std::vector<uint64_t>(d.chunks.begin(), d.chunks.end()));
-  proto::put(o, d.compression);
-  proto::put(o, static_cast<int64_t>(d.level));
-  proto::put(o, d.shuffle);
-}
-
-NewDataset get_spec(proto::In& in) {
-  NewDataset d;
-  std::vector<uint64_t> shape, chunks;
-  int64_t level = -1;
-  proto::get(in, shape);
-  proto::get(in, d.typestr);
-  proto::get(in, chunks);
-  proto::get(in, d.compression);
-  proto::get(in, level);
-  proto::get(in, d.shuffle);
-  if (level < INT32_MIN || level > INT32_MAX) in.bad("compression level");
-  d.shape.assign(shape.begin(), shape.end());
-  d.chunks.assign(chunks.begin(), chunks.end());
-  d.level = static_cast<int>(level);
-  return d;
-}
-
-// In the file's writer process (the daemon). A crash, abort, malformed reply or a call longer
-// than hdf5_timeout kills the process: that call and every later one of this file fail with
-// Error(EIO), logged once (here, naming the file, the object and the call). No restart: the
-// libhdf5 state of a file open for writing (its metadata cache) died with the process.
-class RemoteWriteFile final : public WriteFile {
- public:
-  RemoteWriteFile(const HelperOptions& opts, std::string path, dev_t& dev, ino_t& ino)
-      : path_(std::move(path)), timeout_ms_(opts.timeout_ms) {
-    proc_.start(opts.path);
-    pid_ = proc_.pid();
-    const auto id = reply_of<std::pair<uint64_t, uint64_t>>(proto::Op::WriteCreateFile, "/", proto::Out());
-    dev = static_cast<dev_t>(id.first);
-    ino = static_cast<ino_t>(id.second);
-  }
-
-  pid_t pid() const override { return pid_; }
-
-  bool exists(const std::string& p) override {
-    proto::Out o;
-    proto::put(o, p);
-    return reply_of<bool>(proto::Op::WriteExists, p, o);
-  }
-
-  void create_group(const std::string& p) override {
-    proto::Out o;
-    proto::put(o, p);
-    done(proto::Op::WriteCreateGroup, p, o);
-  }
-
-  uint64_t create_dataset(const std::string& p, const NewDataset& spec) override {
-    proto::Out o;
-    proto::put(o, p);
-    put_spec(o, spec);
-    return reply_of<uint64_t>(proto::Op::WriteCreateDataset, p, o);
-  }
-
-  void write_chunk(const std::string& p, const std::vector<uint64_t>& offset,
-                   const std::vector<uint8_t>& bytes) override {
-    proto::Out o;
-    proto::put(o, p);
-    proto::put(o, offset);
-    proto::put(o, bytes);
-    done(proto::Op::WriteChunk, p, o);
-  }
-
-  std::vector<uint8_t> read_chunk(const std::string& p, const std::vector<uint64_t>& offset, uint64_t size,
-                                  uint32_t& mask) override {
-    proto::Out o;
-    proto::put(o, p);
-    proto::put(o, offset);
-    proto::put(o, size);
-    // The reply is the chunk's size as written (asked for) plus the mask and a length: exactly.
-    if (size > proto::kMaxWriteRequest - 12) fail(EFBIG, path_ + ":" + p + ": chunk too large to read back");
-    const std::string reply = call(proto::Op::ReadChunk, p, o, static_cast<uint32_t>(size + 12));
-    proto::In in(reply);
-    std::vector<uint8_t> bytes;
-    try {
-      proto::get(in, mask);
-      proto::get(in, bytes);
-      in.end();
-      if (bytes.size() != size) in.bad(std::to_string(bytes.size()) + " chunk bytes, " + std::to_string(size) + " asked for");
-    } catch (const Error& e) {
-      broken(proto::Op::ReadChunk, p, std::string("sent a bad reply: ") + e.what());
-    }
-    return bytes;
-  }
-
-  void close_dataset(const std::string& p) override {
-    proto::Out o;
-    proto::put(o, p);
-    done(proto::Op::WriteCloseDataset, p, o);
-  }
-
-  void flush() override { done(proto::Op::WriteFlush, "/", proto::Out()); }
-  void close() override { done(proto::Op::WriteCloseFile, "/", proto::Out()); }
-
- private:
-  template <class R>
-  R reply_of(proto::Op op, const std::string& object, const proto::Out& args) {
-    const std::string reply = call(op, object, args, proto::kMaxMetaReply);
-    try {
-      return proto::decode_all<R>(reply);
-    } catch (const Error& e) {
-      broken(op, object, std::string("sent a bad reply: ") + e.what());
-    }
-  }
-  void done(proto::Op op, const std::string& object, const proto::Out& args) {
-    const std::string reply = call(op, object, args, proto::kMaxMetaReply);
-    if (!reply.empty()) broken(op, object, "sent a bad reply: " + std::to_string(reply.size()) + " bytes, none expected");
-  }
-
-  std::string call(proto::Op op, const std::string& object, const proto::Out& args, uint32_t max_reply) {
-    if (!dead_.empty())
-      throw Error(EIO, path_ + ":" + object + ": " + proto::op_name(op) + " not done: this file's HDF5 writer process " + dead_,
-                  true);  // logged when it died
-    proto::Out o;
-    proto::put(o, path_);
-    std::string body = o.take() + args.data();
-    if (body.size() > proto::kMaxWriteRequest) fail(EFBIG, path_ + ":" + object + ": request too large");
-    std::string reply;
-    uint16_t kind = 0;
-    try {
-      kind = proc_.exchange(op, body, max_reply, timeout_ms_, reply);
-    } catch (const HelperProcess::Broken& b) {
-      broken(op, object, b.why);
-    }
-    if (kind == proto::kReplyError) throw_reply_error(reply, path_ + ":" + object);
-    return reply;
-  }
-
-  [[noreturn]] void broken(proto::Op op, const std::string& object, std::string how) {
-    proc_.kill(&how);
-    dead_ = "(pid " + std::to_string(pid_) + ") " + how + " in " + proto::op_name(op);
-    const std::string msg = path_ + ":" + object + ": HDF5 writer process (pid " + std::to_string(pid_) + ") " + how +
-                            " in " + proto::op_name(op) + "; writes to this file that need it fail from now on";
-    log::error(msg);
-    throw Error(EIO, msg, true);  // this line is its one log line
-  }
-
-  const std::string path_;
-  const unsigned timeout_ms_;
-  HelperProcess proc_;
-  pid_t pid_ = -1;           // kept for the log lines after it is gone
-  std::string dead_;         // why it died; calls fail at once from then on
-};
-
-}  // namespace
-
-std::unique_ptr<WriteFile> create_write_file(Engine& engine, const std::string& path, dev_t& dev, ino_t& ino) {
-  if (HelperPool* hp = engine.helpers()) return std::make_unique<RemoteWriteFile>(hp->options(), path, dev, ino);
-  return std::make_unique<LocalWriteFile>(path, dev, ino);
-}
-
-namespace helper {
-
-std::string serve_write(std::unique_ptr<WriteFile>& file, proto::Op op, proto::In& in, const std::string& path) {
-  using proto::Op;
-  proto::Out o;
-  if (op == Op::WriteCreateFile) {
-    if (file) fail(EINVAL, path + ": this writer process has a file already");
-    dev_t dev = 0;
-    ino_t ino = 0;
-    file = std::make_unique<LocalWriteFile>(path, dev, ino);
-    proto::put(o, static_cast<uint64_t>(dev));
-    proto::put(o, static_cast<uint64_t>(ino));
-    in.end();
-    return o.take();
-  }
-  auto* local = dynamic_cast<LocalWriteFile*>(file.get());
-  if (!local || local->path() != path) fail(EINVAL, path + ": not the file of this writer process");
-  auto obj = [&] {
-    std::string p;
-    proto::get(in, p);
-    return p;
-  };
-  switch (op) {
-    case Op::WriteExists: proto::put(o, file->exists(obj())); break;
-    case Op::WriteCreateGroup: file->create_group(obj()); break;
-    case Op::WriteCreateDataset: {
-      const std::string p = obj();
-      const NewDataset spec = get_spec(in);
-      proto::put(o, file->create_dataset(p, spec));
-      break;
-    }
-    case Op::WriteChunk: {
-      const std::string p = obj();
-      std::vector<uint64_t> offset;
-      std::vector<uint8_t> bytes;
-      proto::get(in, offset);
-      proto::get(in, bytes);
-      file->write_chunk(p, offset, bytes);
-      break;
-    }
-    case Op::ReadChunk: {
-      const std::string p = obj();
-      std::vector<uint64_t> offset;
-      uint64_t size = 0;
-      uint32_t mask = 0;
-      proto::get(in, offset);
-      proto::get(in, size);
-      const auto bytes = file->read_chunk(p, offset, size, mask);
-      proto::put(o, mask);
-      proto::put(o, bytes);
-      break;
-    }
-    case Op::WriteCloseDataset: file->close_dataset(obj()); break;
-    case Op::WriteFlush: file->flush(); break;
-    case Op::WriteCloseFile: file->close(); break;
-    default: fail(EINVAL, std::string("not a write request: ") + proto::op_name(op));
-  }
-  in.end();
-  return o.take();
-}
-
-}  // namespace helper
-
 bool WriteBudget::try_take(uint64_t n) {
   uint64_t cur = used_.load();
   do {
@@ -1209,9 +777,7 @@ bool WriteBudget::try_take(uint64_t n) {
 }
 
 Writer::Writer(Engine& engine, WriterOptions opts)
-    : engine_(engine), opts_(std::move(opts)), budget_(std::make_shared<WriteBudget>(opts_.pending_budget)) {
-  h5::init_library();
-}
+    : engine_(engine), opts_(std::move(opts)), budget_(std::make_shared<WriteBudget>(opts_.pending_budget)) {}
 
 Writer::~Writer() {
   try {
@@ -1457,3 +1023,4 @@ void Writer::close_all() {
 }
 
 }  // namespace h5d
+

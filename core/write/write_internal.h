@@ -1,0 +1,44 @@
+// Side: both. What the files of the write path (core/write/) share only among themselves: the
+// typestr check of plan_dataset (assemble.cpp), the wire form of a NewDataset (remote_file.cpp),
+// and the two WriteFiles create_write_file chooses between (write_file.cpp). No libhdf5 here.
+#pragma once
+#include <sys/types.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "core/write/writer.h"
+
+namespace h5d {
+struct HelperOptions;
+namespace proto {
+class Out;
+}  // namespace proto
+}  // namespace h5d
+
+namespace h5d::detail {
+
+// A numpy typestr checked against what the writer can make ("<u2", ">f8", "|b1", "<c8", "|S16").
+struct TypeStr {
+  char kind = 0;
+  bool big_endian = false;
+  size_t size = 0;
+};
+// Error(EINVAL) for any other typestr (assemble.cpp).
+TypeStr parse_typestr(const std::string& ts);
+
+// A NewDataset in a request of the daemon (put_spec) and read back in the writer process
+// (get_spec, which checks what it reads). remote_file.cpp.
+void put_spec(proto::Out& o, const NewDataset& d);
+NewDataset get_spec(proto::In& in);
+
+// The daemon's WriteFile: one writer process per file (remote_file.cpp).
+std::unique_ptr<WriteFile> make_remote_write_file(const HelperOptions& opts, const std::string& path, dev_t& dev,
+                                                  ino_t& ino);
+// libhdf5 in this process (local_file.cpp; helper side).
+std::unique_ptr<WriteFile> make_local_write_file(const std::string& path, dev_t& dev, ino_t& ino);
+// The path of `file` when it is one make_local_write_file made, else nullptr (local_file.cpp).
+const std::string* local_write_file_path(const WriteFile& file);
+
+}  // namespace h5d::detail
