@@ -12,7 +12,6 @@
 #include "core/engine/engine.h"
 #include "core/engine/fd_cache.h"
 #include "core/error.h"
-#include "core/h5lib/h5lib.h"
 #include "core/log.h"
 
 // In h5d::detail, beside the base class and file runs it is built from (dataset_array.h).

@@ -1,15 +1,15 @@
-#include "core/euxfel/h5meta.h"
+// euxfel::meta's questions answered by libhdf5 in this process (h5meta_local.h).
+#include "core/euxfel/h5meta_local.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
-#include "core/engine/engine.h"
 #include "core/h5lib/h5file.h"
-#include "core/h5lib/h5helper.h"
+#include "core/h5lib/h5local.h"
 #include "core/h5lib/h5lib.h"
 
-namespace h5d::euxfel::meta {
+namespace h5d::euxfel::meta::local {
 namespace {
 
 using h5::Handle;
@@ -85,32 +85,9 @@ bool read_ints_at(hid_t loc, const std::string& what, const std::string& path, u
 template <class T>
 bool try_read_ints(H5File& f, const std::string& path, uint64_t n, hid_t memtype,
                    std::vector<T>& out) {
-  if (HelperPool* hp = f.engine().helpers()) {
-    const auto op = std::is_signed<T>::value ? proto::Op::MetaReadI64 : proto::Op::MetaReadU64;
-    auto r = helper::call<std::pair<bool, std::vector<T>>>(*hp, op, f.path(), path, path, n);
-    if (r.first) out = std::move(r.second);
-    return r.first;
-  }
   h5::init_library();
   h5::Lock lk = h5::lock();
-  return read_ints_at<T>(static_cast<hid_t>(f.handle()), f.path() + ":" + path, path, n, memtype,
-                         out);
-}
-
-template <class T>
-std::vector<T> read_ints(H5File& f, const std::string& path, uint64_t n, hid_t memtype) {
-  std::vector<T> out;
-  if (!try_read_ints<T>(f, path, n, memtype, out)) fail(ENOENT, f.path() + ":" + path + ": no such dataset");
-  return out;
-}
-
-// The helper's answer when this process has helpers (the daemon); nullopt-like false otherwise.
-template <class R, class... A>
-bool remote(H5File& f, proto::Op op, const std::string& path, R& out, const A&... args) {
-  HelperPool* hp = f.engine().helpers();
-  if (!hp) return false;
-  out = helper::call<R>(*hp, op, f.path(), path, path, args...);
-  return true;
+  return read_ints_at<T>(local_handle(f), f.path() + ":" + path, path, n, memtype, out);
 }
 
 struct VisitState {
@@ -130,31 +107,27 @@ herr_t member_cb(hid_t, const char* name, const H5L_info_t*, void* data) {
 }  // namespace
 
 bool exists(H5File& f, const std::string& path) {
-  if (bool r; remote(f, proto::Op::MetaExists, path, r)) return r;
   h5::init_library();
   h5::Lock lk = h5::lock();
-  return exists_locked(static_cast<hid_t>(f.handle()), path);
+  return exists_locked(local_handle(f), path);
 }
 
 bool is_dataset(H5File& f, const std::string& path) {
-  if (bool r; remote(f, proto::Op::MetaIsDataset, path, r)) return r;
   h5::init_library();
   h5::Lock lk = h5::lock();
-  return type_locked(static_cast<hid_t>(f.handle()), path) == H5O_TYPE_DATASET;
+  return type_locked(local_handle(f), path) == H5O_TYPE_DATASET;
 }
 
 bool is_group(H5File& f, const std::string& path) {
-  if (bool r; remote(f, proto::Op::MetaIsGroup, path, r)) return r;
   h5::init_library();
   h5::Lock lk = h5::lock();
-  return type_locked(static_cast<hid_t>(f.handle()), path) == H5O_TYPE_GROUP;
+  return type_locked(local_handle(f), path) == H5O_TYPE_GROUP;
 }
 
 std::string soft_link_target(H5File& f, const std::string& path) {
-  if (std::string r; remote(f, proto::Op::MetaSoftLink, path, r)) return r;
   h5::init_library();
   h5::Lock lk = h5::lock();
-  hid_t fid = static_cast<hid_t>(f.handle());
+  hid_t fid = local_handle(f);
   // H5Lget_info fails (quietly: error printing is off) when any component is missing.
   H5L_info_t info;
   if (H5Lget_info(fid, path.c_str(), &info, H5P_DEFAULT) < 0) {
@@ -171,14 +144,6 @@ std::string soft_link_target(H5File& f, const std::string& path) {
   return buf;
 }
 
-std::vector<uint64_t> read_u64(H5File& f, const std::string& path, uint64_t n) {
-  return read_ints<uint64_t>(f, path, n, H5T_NATIVE_UINT64);
-}
-
-std::vector<int64_t> read_i64(H5File& f, const std::string& path, uint64_t n) {
-  return read_ints<int64_t>(f, path, n, H5T_NATIVE_INT64);
-}
-
 bool try_read_u64(H5File& f, const std::string& path, std::vector<uint64_t>& out, uint64_t n) {
   return try_read_ints<uint64_t>(f, path, n, H5T_NATIVE_UINT64, out);
 }
@@ -189,20 +154,10 @@ bool try_read_i64(H5File& f, const std::string& path, std::vector<int64_t>& out,
 
 std::vector<IndexArrays> read_index(H5File& f, const std::string& base,
                                     const std::vector<std::string>& groups, uint64_t n) {
-  if (std::vector<std::pair<std::vector<uint64_t>, std::pair<std::vector<uint64_t>, std::string>>> r;
-      remote(f, proto::Op::MetaReadIndex, base, r, groups, n)) {
-    std::vector<IndexArrays> out(r.size());
-    for (size_t i = 0; i < r.size(); ++i) {
-      out[i].firsts = std::move(r[i].first);
-      out[i].counts = std::move(r[i].second.first);
-      out[i].error = std::move(r[i].second.second);
-    }
-    return out;
-  }
   h5::init_library();
   h5::Lock lk = h5::lock();
   std::vector<IndexArrays> out(groups.size());
-  hid_t fid = static_cast<hid_t>(f.handle());
+  hid_t fid = local_handle(f);
   hid_t gid = H5Gopen2(fid, base.c_str(), H5P_DEFAULT);
   if (gid < 0) {
     H5Eclear2(H5E_DEFAULT);
@@ -246,10 +201,9 @@ std::vector<IndexArrays> read_index(H5File& f, const std::string& base,
 }
 
 std::vector<std::string> read_strings(H5File& f, const std::string& path) {
-  if (std::vector<std::string> r; remote(f, proto::Op::MetaReadStrings, path, r)) return r;
   h5::init_library();
   h5::Lock lk = h5::lock();
-  hid_t fid = static_cast<hid_t>(f.handle());
+  hid_t fid = local_handle(f);
   hid_t did = H5Dopen2(fid, path.c_str(), H5P_DEFAULT);
   if (did < 0) {
     H5Eclear2(H5E_DEFAULT);
@@ -293,10 +247,9 @@ std::vector<std::string> read_strings(H5File& f, const std::string& path) {
 }
 
 std::vector<std::string> list_datasets(H5File& f, const std::string& group_path) {
-  if (std::vector<std::string> r; remote(f, proto::Op::MetaListDatasets, group_path, r)) return r;
   h5::init_library();
   h5::Lock lk = h5::lock();
-  hid_t fid = static_cast<hid_t>(f.handle());
+  hid_t fid = local_handle(f);
   VisitState st;
   if (type_locked(fid, group_path) != H5O_TYPE_GROUP) return st.names;
   if (H5Ovisit_by_name2(fid, group_path.c_str(), H5_INDEX_NAME, H5_ITER_INC, visit_cb, &st,
@@ -307,10 +260,9 @@ std::vector<std::string> list_datasets(H5File& f, const std::string& group_path)
 }
 
 std::vector<std::string> list_members(H5File& f, const std::string& group_path) {
-  if (std::vector<std::string> r; remote(f, proto::Op::MetaListMembers, group_path, r)) return r;
   h5::init_library();
   h5::Lock lk = h5::lock();
-  hid_t fid = static_cast<hid_t>(f.handle());
+  hid_t fid = local_handle(f);
   std::vector<std::string> names;
   if (type_locked(fid, group_path) != H5O_TYPE_GROUP) return names;
   Handle g = h5::check(H5Gopen2(fid, group_path.c_str(), H5P_DEFAULT), group_path);
@@ -320,4 +272,4 @@ std::vector<std::string> list_members(H5File& f, const std::string& group_path) 
   return names;
 }
 
-}  // namespace h5d::euxfel::meta
+}  // namespace h5d::euxfel::meta::local

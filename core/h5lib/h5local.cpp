@@ -1,4 +1,5 @@
-#include "core/h5lib/h5file.h"
+// LocalMetadata (h5local.h): the read side's libhdf5 calls, in this process.
+#include "core/h5lib/h5local.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -7,18 +8,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <list>
-#include <set>
-#include <system_error>
-#include <thread>
 
-#include "core/array/dataset.h"
 #include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/engine/fd_cache.h"
 #include "core/fmt/chunk_index.h"
-#include "core/h5lib/h5helper.h"
 #include "core/h5lib/h5lib.h"
 #include "core/h5lib/h5types.h"
+#include "core/euxfel/h5meta_local.h"
 #include "core/log.h"
 
 namespace h5d {
@@ -26,12 +23,13 @@ namespace {
 
 // Files whose libhdf5 handle is open, most recent first; bounded so that a tree of thousands of
 // files never holds more than a few hundred descriptors. Guarded by the HDF5 lock.
-std::list<H5File*>& open_handles() {
-  static std::list<H5File*> l;
+struct Open;
+std::list<Open*>& open_handles() {
+  static std::list<Open*> l;
   return l;
 }
 
-bool exists(const std::string& p) {
+bool file_exists(const std::string& p) {
   struct stat st;
   return ::stat(p.c_str(), &st) == 0;
 }
@@ -141,60 +139,35 @@ static std::string resolve_vds_source(const std::string& vds_file, const std::st
     candidates.push_back(join_path(origin, name));
   }
   for (const auto& c : candidates)
-    if (exists(c)) return c;
+    if (file_exists(c)) return c;
   return "";
 }
 
-H5File::H5File(Engine& engine, std::string path) : engine_(engine), path_(std::move(path)) {
-  struct stat st;
-  if (::stat(path_.c_str(), &st) == 0) identity_ = identity_of(st);
-}
+namespace {
 
-H5File::~H5File() {
-  h5::Lock lk = h5::lock();
-  if (fid_ >= 0) {
-    H5Fclose(static_cast<hid_t>(fid_));
-    open_handles().remove(this);
+// What this process keeps of an H5File: its libhdf5 handle, opened on first use and closed
+// again when too many are open (bounded open files) or when the H5File goes away.
+struct Open final : H5File::LocalState {
+  hid_t fid = -1;
+  bool truncation_logged = false;
+  ~Open() override {
+    h5::Lock lk = h5::lock();
+    if (fid >= 0) {
+      H5Fclose(fid);
+      open_handles().remove(this);
+    }
   }
-}
+};
 
-int64_t H5File::handle() {
-  // Caller holds the HDF5 lock. Never in a process that has helpers: libhdf5 runs there.
-  if (engine_.helpers()) fail(EIO, path_ + ": libhdf5 handle asked for in the daemon (a call that bypasses the helper)");
-  auto& lru = open_handles();
-  if (fid_ >= 0) {
-    auto it = std::find(lru.begin(), lru.end(), this);
-    if (it != lru.begin() && it != lru.end()) lru.splice(lru.begin(), lru, it);
-    return fid_;
-  }
-  const size_t limit = std::max<size_t>(4, engine_.options().max_open_files / 2);
-  while (lru.size() >= limit) {
-    H5File* victim = lru.back();
-    lru.pop_back();
-    H5Fclose(static_cast<hid_t>(victim->fid_));
-    victim->fid_ = -1;
-  }
-  // Metadata read from a handle opened on a newer file must never mix with what we hold.
-  if (identity_.ino != 0) FdCache::verify(path_, identity_);
-  hid_t fid = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);  // unlocked: see init_library
-  if (fid < 0) {
-    int code = exists(path_) ? (::access(path_.c_str(), R_OK) == 0 ? EIO : EACCES) : ENOENT;
-    const std::string why = h5::error_stack();
-    std::string why_truncated;
-    if (code == EIO) fid = open_truncated(why_truncated);
-    if (fid < 0) fail(code, path_ + ": cannot open as HDF5: " + why + why_truncated);
-  }
-  fid_ = fid;
-  lru.push_front(this);
-  return fid_;
-}
-
-int64_t H5File::open_truncated(std::string& why) {
+// The file through the truncated-file driver (h5lib.h) when that is allowed in this process
+// and the file is shorter than its stored end; -1 otherwise (`why`: what libhdf5 said then,
+// when it refused that too). Caller holds the HDF5 lock.
+hid_t open_truncated(H5File& f, Open& o, std::string& why) {
   // Only where the caller checks every answer for reads past the cut (the helper: serve).
   if (!h5::truncated_files_allowed()) return -1;
   uint64_t size = 0, eoa = 0;
   std::string reason;
-  const hid_t fid = h5::open_truncated(path_, &size, &eoa, &reason);
+  const hid_t fid = h5::open_truncated(f.path(), &size, &eoa, &reason);
   if (fid < 0) {
     why = "; opened as a truncated file: " + reason;
     return -1;
@@ -203,26 +176,61 @@ int64_t H5File::open_truncated(std::string& why) {
     H5Fclose(fid);
     return -1;
   }
-  if (!truncation_logged_) {
-    truncation_logged_ = true;
-    log::warn(path_ + ": truncated: " + std::to_string(size) + " of the " + std::to_string(eoa) +
+  if (!o.truncation_logged) {
+    o.truncation_logged = true;
+    log::warn(f.path() + ": truncated: " + std::to_string(size) + " of the " + std::to_string(eoa) +
               " bytes its superblock gives; serving what lies before the cut (objects and chunks past it: EIO)");
   }
   return fid;
 }
 
-std::vector<LinkEntry> H5File::list_group(const std::string& group_path) {
-  if (HelperPool* hp = engine_.helpers())
-    return helper::call<std::vector<LinkEntry>>(*hp, proto::Op::ListGroup, path_, group_path, group_path);
+}  // namespace
+
+hid_t local_handle(H5File& f) {
+  // Caller holds the HDF5 lock.
+  auto& state = f.local_state();
+  if (!state) state = std::make_unique<Open>();
+  Open& o = static_cast<Open&>(*state);
+  auto& lru = open_handles();
+  if (o.fid >= 0) {
+    auto it = std::find(lru.begin(), lru.end(), &o);
+    if (it != lru.begin() && it != lru.end()) lru.splice(lru.begin(), lru, it);
+    return o.fid;
+  }
+  const size_t limit = std::max<size_t>(4, f.engine().options().max_open_files / 2);
+  while (lru.size() >= limit) {
+    Open* victim = lru.back();
+    lru.pop_back();
+    H5Fclose(victim->fid);
+    victim->fid = -1;
+  }
+  const std::string& path = f.path();
+  // Metadata read from a handle opened on a newer file must never mix with what we hold.
+  if (f.identity().ino != 0) FdCache::verify(path, f.identity());
+  hid_t fid = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);  // unlocked: see init_library
+  if (fid < 0) {
+    int code = file_exists(path) ? (::access(path.c_str(), R_OK) == 0 ? EIO : EACCES) : ENOENT;
+    const std::string why = h5::error_stack();
+    std::string why_truncated;
+    if (code == EIO) fid = open_truncated(f, o, why_truncated);
+    if (fid < 0) fail(code, path + ": cannot open as HDF5: " + why + why_truncated);
+  }
+  o.fid = fid;
+  lru.push_front(&o);
+  return o.fid;
+}
+
+std::vector<LinkEntry> LocalMetadata::list_group(H5File& f, const std::string& group_path) {
+  const std::string& file_path = f.path();
   h5::Lock lk = h5::lock();
-  hid_t fid = handle();
+  hid_t fid = local_handle(f);
   h5::Handle g(H5Gopen2(fid, group_path.c_str(), H5P_DEFAULT));
   if (!g) {
     // The root group always exists: a file whose root cannot be opened is damaged (EIO, logged
     // with libhdf5's reason), not empty.
-    if (group_path == "/") h5::fail_h5(EIO, path_ + ": cannot open the root group");
+    if (group_path == "/") h5::fail_h5(EIO, file_path + ": cannot open the root group");
     H5Eclear2(H5E_DEFAULT);
-    fail(ENOENT, path_ + ":" + group_path + ": not a group");
+    fail(ENOENT, file_path + ":" + group_path + ": not a group");
   }
   struct Ctx {
     std::vector<std::pair<std::string, H5L_type_t>> links;
@@ -233,7 +241,7 @@ std::vector<LinkEntry> H5File::list_group(const std::string& group_path) {
   };
   hsize_t idx = 0;
   if (H5Literate(g.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, cb, &ctx) < 0)
-    h5::fail_h5(EIO, path_ + ":" + group_path + ": cannot list group");
+    h5::fail_h5(EIO, file_path + ":" + group_path + ": cannot list group");
   // The groups on the way here, by (file, object address): a hard, soft or external link back
   // to one of them would make an endless tree.
   struct Ancestor {
@@ -262,7 +270,7 @@ std::vector<LinkEntry> H5File::list_group(const std::string& group_path) {
         // Its object header lies past the cut of a truncated file (h5truncated.cpp): libhdf5
         // could not load it and kept nothing of it; the group's other members are intact.
         h5::forget_reads_past_end(refused);
-        log::warn(path_ + ":" + join_h5(group_path, name) +
+        log::warn(file_path + ":" + join_h5(group_path, name) +
                   ": left out, its object header lies past the end of the truncated file");
       }
       continue;
@@ -299,9 +307,9 @@ std::vector<LinkEntry> H5File::list_group(const std::string& group_path) {
               H5Oclose(o);
             }
             // A relative name libhdf5 found beside this file rather than in the working directory.
-            if (!e.file.empty() && e.file[0] != '/' && !exists(e.file)) {
-              const std::string beside = join_path(dirname_of(path_), e.file);
-              if (exists(beside)) e.file = beside;
+            if (!e.file.empty() && e.file[0] != '/' && !file_exists(e.file)) {
+              const std::string beside = join_path(dirname_of(file_path), e.file);
+              if (file_exists(beside)) e.file = beside;
             }
           }
         }
@@ -313,11 +321,9 @@ std::vector<LinkEntry> H5File::list_group(const std::string& group_path) {
   return out;
 }
 
-ObjectKind H5File::kind_of(const std::string& path) {
-  if (HelperPool* hp = engine_.helpers())
-    return helper::call<ObjectKind>(*hp, proto::Op::KindOf, path_, path, path);
+ObjectKind LocalMetadata::kind_of(H5File& f, const std::string& path) {
   h5::Lock lk = h5::lock();
-  hid_t fid = handle();
+  hid_t fid = local_handle(f);
   if (path == "/") return ObjectKind::Group;
   // Check every component exists before asking for the object (H5Oget_info_by_name on a
   // missing intermediate group only fails, but be explicit).
@@ -347,60 +353,26 @@ Value read_attribute(hid_t obj, const std::string& file, const std::string& name
 }
 }  // namespace
 
-void H5File::set_attribute_hook(std::function<void(const std::string&)> hook) { attribute_hook() = std::move(hook); }
+void LocalMetadata::set_attribute_hook(std::function<void(const std::string&)> hook) { attribute_hook() = std::move(hook); }
 
-std::vector<std::pair<std::string, Value>> H5File::attributes(const std::string& object_path) {
-  if (HelperPool* hp = engine_.helpers()) {
-    // One request, the common path. An attribute that breaks the helper (tattr2.h5: libhdf5
-    // 1.10.8 crashes on its attribute table) costs only itself: the names are read without
-    // decoding any attribute, and each is asked for on its own.
-    try {
-      return helper::call_tentative<std::vector<std::pair<std::string, Value>>>(*hp, proto::Op::Attributes, path_,
-                                                                                object_path, object_path);
-    } catch (const HelperFailure& e) {
-      log::debug(path_ + ":" + object_path + ": " + e.what() + "; its attributes are read one by one");
-    }
-    const auto names = helper::call<std::vector<std::string>>(*hp, proto::Op::AttributeNames, path_, object_path,
-                                                              object_path);
-    std::vector<std::pair<std::string, Value>> out;
-    std::vector<std::string> broke;
-    for (const std::string& name : names) {
-      Value v;
-      try {
-        v = helper::call_tentative<Value>(*hp, proto::Op::Attribute, path_, object_path, object_path, name);
-      } catch (const HelperFailure& e) {
-        v = Value::string("unreadable: the HDF5 helper " + e.how + " reading it");
-        broke.push_back(name);
-      } catch (const Error& e) {
-        v = Value::string(std::string("unreadable: ") + e.what());
-      }
-      out.emplace_back(name, std::move(v));
-    }
-    if (!broke.empty()) {
-      std::string list;
-      for (const std::string& n : broke) list += (list.empty() ? "" : ", ") + n;
-      log::warn(path_ + ":" + object_path + ": attributes that break the HDF5 helper, shown as unreadable: " + list);
-    }
-    return out;
-  }
-  const std::vector<std::string> names = attribute_names(object_path);
+std::vector<std::pair<std::string, Value>> LocalMetadata::attributes(H5File& f, const std::string& object_path) {
+  const std::vector<std::string> names = attribute_names(f, object_path);
   std::vector<std::pair<std::string, Value>> out;
   if (names.empty()) return out;
   h5::Lock lk = h5::lock();
-  h5::Handle obj = open_object(handle(), path_, object_path);
-  for (const std::string& name : names) out.emplace_back(name, read_attribute(obj.get(), path_, name));
+  h5::Handle obj = open_object(local_handle(f), f.path(), object_path);
+  for (const std::string& name : names) out.emplace_back(name, read_attribute(obj.get(), f.path(), name));
   return out;
 }
 
-std::vector<std::string> H5File::attribute_names(const std::string& object_path) {
-  if (HelperPool* hp = engine_.helpers())
-    return helper::call<std::vector<std::string>>(*hp, proto::Op::AttributeNames, path_, object_path, object_path);
+std::vector<std::string> LocalMetadata::attribute_names(H5File& f, const std::string& object_path) {
+  const std::string& file_path = f.path();
   H5O_info_t oinfo;
   fmt::FileGeometry geo;
   {
     h5::Lock lk = h5::lock();
-    hid_t fid = handle();
-    h5::Handle obj = open_object(fid, path_, object_path);
+    hid_t fid = local_handle(f);
+    h5::Handle obj = open_object(fid, file_path, object_path);
     if (H5Oget_info2(obj.get(), &oinfo, H5O_INFO_BASIC | H5O_INFO_NUM_ATTRS) < 0) {
       H5Eclear2(H5E_DEFAULT);
       return {};
@@ -412,7 +384,7 @@ std::vector<std::string> H5File::attribute_names(const std::string& object_path)
   // of them, and one it cannot decode fails (or crashes) the whole list.
   std::string why;
   try {
-    auto fd = engine_.fds().get(path_, identity_.ino ? &identity_ : nullptr);
+    auto fd = f.engine().fds().get(file_path, f.identity().ino ? &f.identity() : nullptr);
     fmt::AttributeNames an = fmt::read_attribute_names(*fd, geo, oinfo.addr);
     if (an.complete && an.names.size() == oinfo.num_attrs) return an.names;
   } catch (const std::exception& e) {
@@ -420,7 +392,7 @@ std::vector<std::string> H5File::attribute_names(const std::string& object_path)
   }
   // Dense or shared attribute storage (or a header we could not read): libhdf5's own list.
   h5::Lock lk = h5::lock();
-  h5::Handle obj(H5Oopen(handle(), object_path.c_str(), H5P_DEFAULT));
+  h5::Handle obj(H5Oopen(local_handle(f), object_path.c_str(), H5P_DEFAULT));
   std::vector<std::string> names;
   auto cb = [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
     static_cast<std::vector<std::string>*>(data)->emplace_back(name);
@@ -429,79 +401,32 @@ std::vector<std::string> H5File::attribute_names(const std::string& object_path)
   hsize_t idx = 0;
   if (!obj || H5Aiterate2(obj.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, cb, &names) < 0) {
     const std::string stack = h5::error_stack();
-    log::warn(path_ + ":" + object_path + ": cannot list its attributes: " + stack + (why.empty() ? "" : "; " + why));
+    log::warn(file_path + ":" + object_path + ": cannot list its attributes: " + stack + (why.empty() ? "" : "; " + why));
   }
   H5Eclear2(H5E_DEFAULT);
   return names;
 }
 
-Value H5File::attribute(const std::string& object_path, const std::string& name) {
-  if (HelperPool* hp = engine_.helpers())
-    return helper::call<Value>(*hp, proto::Op::Attribute, path_, object_path, object_path, name);
+Value LocalMetadata::attribute(H5File& f, const std::string& object_path, const std::string& name) {
   h5::Lock lk = h5::lock();
-  h5::Handle obj = open_object(handle(), path_, object_path);
-  return read_attribute(obj.get(), path_, name);
+  h5::Handle obj = open_object(local_handle(f), f.path(), object_path);
+  return read_attribute(obj.get(), f.path(), name);
 }
 
-Value H5File::read_value(const std::string& dset_path, uint64_t max_elements) {
-  if (HelperPool* hp = engine_.helpers())
-    return helper::call<Value>(*hp, proto::Op::ReadValue, path_, dset_path, dset_path, max_elements);
+Value LocalMetadata::read_value(H5File& f, const std::string& dset_path, uint64_t max_elements) {
   h5::Lock lk = h5::lock();
-  hid_t fid = handle();
+  hid_t fid = local_handle(f);
   h5::Handle d(H5Dopen2(fid, dset_path.c_str(), H5P_DEFAULT));
   if (!d) {
     H5Eclear2(H5E_DEFAULT);
-    fail(ENOENT, path_ + ":" + dset_path + ": no such dataset");
+    fail(ENOENT, f.path() + ":" + dset_path + ": no such dataset");
   }
   return h5::read_value(d.get(), false, max_elements);
 }
 
-std::shared_ptr<const DatasetInfo> H5File::dataset_info(const std::string& dset_path) {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    auto it = infos_.find(dset_path);
-    if (it != infos_.end()) return it->second;
-  }
-  StorageInfo st;
-  std::shared_ptr<const DatasetInfo> info;
-  if (HelperPool* hp = engine_.helpers()) {
-    info = remote_info(*hp, proto::Op::DatasetInfo, dset_path, st);
-  } else {
-    info = load_info(dset_path, st);
-  }
-  return remember(dset_path, info, st);
-}
-
-std::shared_ptr<const DatasetInfo> H5File::remote_info(HelperPool& hp, proto::Op op, const std::string& dset_path,
-                                                       StorageInfo& st) {
-  auto got = helper::call<std::pair<DatasetInfo, StorageInfo>>(hp, op, path_, dset_path, dset_path);
-  proto::validate(got.first, got.second);
-  st = got.second;
-  return std::make_shared<const DatasetInfo>(std::move(got.first));
-}
-
-bool H5File::answers_for(const DatasetInfo& info, const std::string& dset_path) const {
-  return info.file != path_ || info.path == dset_path;
-}
-
-void H5File::remember_listed(const std::string& dset_path, const DatasetInfo& details, const StorageInfo& st) {
-  auto listed = std::make_shared<DatasetInfo>(details);
-  listed->attrs.clear();
-  listed->small_value = Value{};
-  remember(dset_path, std::move(listed), st);
-}
-
-std::shared_ptr<const DatasetInfo> H5File::remember(const std::string& dset_path,
-                                                    std::shared_ptr<const DatasetInfo> info, const StorageInfo& st) {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto [it, inserted] = infos_.emplace(dset_path, std::move(info));
-  if (inserted) storage_.emplace(dset_path, st);
-  return it->second;
-}
-
 namespace {
 
-// The steps of H5File::load_info, each one group of libhdf5 calls; callers hold the HDF5 lock.
+// The steps of LocalMetadata::dataset_info, each one group of libhdf5 calls; callers hold the HDF5 lock.
 
 // A dataset reached through an external link lives in another file: its (file, path) there, or
 // ("", "") when `dset_path` is no external link or its file is not found.
@@ -753,19 +678,22 @@ void decide_read_path(DatasetInfo& info, StorageInfo& st) {
 
 }  // namespace
 
-std::shared_ptr<const DatasetInfo> H5File::load_info(const std::string& dset_path, StorageInfo& st) {
+std::shared_ptr<const DatasetInfo> LocalMetadata::dataset_info(H5File& f, const std::string& dset_path,
+                                                               StorageInfo& st) {
+  const std::string& file_path = f.path();
+  const FileIdentity& file_id = f.identity();
   h5::Lock lk = h5::lock();
-  hid_t fid = handle();
+  hid_t fid = local_handle(f);
   auto info = std::make_shared<DatasetInfo>();
-  info->file = path_;
+  info->file = file_path;
   info->path = dset_path;
-  st.file_id = identity_;
-  const std::string what = path_ + ":" + dset_path;
+  st.file_id = file_id;
+  const std::string what = file_path + ":" + dset_path;
 
-  const auto [target, objpath] = external_link_target(fid, path_, dset_path);
+  const auto [target, objpath] = external_link_target(fid, file_path, dset_path);
   if (!target.empty()) {
     lk.unlock();
-    auto other = engine_.open_file(target);
+    auto other = f.engine().open_file(target);
     auto inf = other->dataset_info(objpath);
     st = other->storage_info(objpath);
     return inf;
@@ -778,7 +706,7 @@ std::shared_ptr<const DatasetInfo> H5File::load_info(const std::string& dset_pat
   h5::Handle ftype = h5::check(H5Dget_type(d.get()), what + ": H5Dget_type");
   h5::Handle space = h5::check(H5Dget_space(d.get()), what + ": H5Dget_space");
   Shape folded;
-  if (!read_type_and_shape(d.get(), ftype.get(), space.get(), static_cast<uint64_t>(std::max<int64_t>(identity_.size, 0)),
+  if (!read_type_and_shape(d.get(), ftype.get(), space.get(), static_cast<uint64_t>(std::max<int64_t>(file_id.size, 0)),
                            *info, st, folded)) {
     // Not even the creation properties: libhdf5 converts the fill value into buffers of the
     // type's size when it copies them (H5Dget_create_plist).
@@ -789,15 +717,15 @@ std::shared_ptr<const DatasetInfo> H5File::load_info(const std::string& dset_pat
   h5::Handle dcpl = h5::check(H5Dget_create_plist(d.get()), what + ": H5Dget_create_plist");
   read_layout_and_filters(dcpl.get(), st.ds_rank, *info);
   read_fill_value(dcpl.get(), ftype.get(), *info);
-  read_storage(fid, d.get(), dcpl.get(), path_, *info, st);
+  read_storage(fid, d.get(), dcpl.get(), file_path, *info, st);
   check_compact_size(ftype.get(), space.get(), *info, st);
-  if (info->layout == "virtual") read_vds_mappings(dcpl.get(), path_, what, !folded.empty(), *info, st);
+  if (info->layout == "virtual") read_vds_mappings(dcpl.get(), file_path, what, !folded.empty(), *info, st);
   lk.unlock();
 
   // The chunk index type, from the layout message (one small read of the object header).
   if (info->is_array && info->layout == "chunked" && (!st.library_only || info->convert_type)) {
     try {
-      auto fd = engine_.fds().get(path_, &identity_);
+      auto fd = f.engine().fds().get(file_path, &file_id);
       auto layout = fmt::read_layout(*fd, st.geo, st.ohdr_addr);
       info->chunk_index = fmt::index_type_name(layout.index_type);
     } catch (const std::exception& e) {
@@ -811,181 +739,57 @@ std::shared_ptr<const DatasetInfo> H5File::load_info(const std::string& dset_pat
   return info;
 }
 
-std::shared_ptr<const DatasetInfo> H5File::dataset_details(const std::string& dset_path) {
-  if (HelperPool* hp = engine_.helpers()) {  // one round trip; what listing needs is kept
-    try {
-      StorageInfo st;
-      auto got = helper::call_tentative<std::pair<DatasetInfo, StorageInfo>>(*hp, proto::Op::DatasetDetails, path_,
-                                                                             dset_path, dset_path);
-      proto::validate(got.first, got.second);
-      auto full = std::make_shared<const DatasetInfo>(std::move(got.first));
-      remember_listed(dset_path, *full, got.second);
-      return full;
-    } catch (const HelperFailure& e) {
-      // An attribute that breaks the helper (tattr2.h5 /dset), or the value: each part on its
-      // own below, the metadata first (blamed and logged should that be what breaks it).
-      log::debug(std::string(e.what()) + "; the details are read part by part");
-    }
-  }
-  auto d = std::make_shared<DatasetInfo>(*dataset_info(dset_path));
-  d->attrs = attributes(dset_path);
-  for (VdsMapping& m : d->vds) {  // sources whose file is there but not the dataset
-    if (m.resolved_file.empty()) continue;
-    ObjectKind k = ObjectKind::Other;
-    try {
-      k = engine_.open_file(m.resolved_file)->kind_of(m.dataset_name);
-    } catch (const std::exception& e) {
-      m.source_missing = e.what();
-      continue;
-    }
-    if (k != ObjectKind::Dataset) m.source_missing = "no dataset " + m.dataset_name + " in " + m.resolved_file +
-                                                     " (a dangling soft or external link?)";
-  }
-  if (!d->is_array) {
-    try {
-      // With helpers tentatively: a value that breaks the helper is left out, not blamed on the file.
-      HelperPool* hp = engine_.helpers();
-      d->small_value = hp ? helper::call_tentative<Value>(*hp, proto::Op::ReadValue, path_, dset_path, dset_path,
-                                                          uint64_t{1000})
-                          : read_value(dset_path, 1000);
-    } catch (const std::exception&) {
-    }
-  }
-  return d;
+LocalMetadata::LocalMetadata(Engine&) { h5::init_library(); }
+
+std::vector<uint8_t> LocalMetadata::library_read(H5File& f, const std::string& dset,
+                                                 const std::vector<uint64_t>& start,
+                                                 const std::vector<uint64_t>& count) {
+  return library_read_local(f, dset, start, count);
 }
 
-std::vector<std::shared_ptr<const DatasetInfo>> H5File::datasets_details(const std::string& group,
-                                                                         const std::vector<std::string>& dset_paths) {
-  std::vector<std::shared_ptr<const DatasetInfo>> out;
-  out.reserve(dset_paths.size());
-  HelperPool* hp = engine_.helpers();
-  if (!hp || dset_paths.size() == 1) {
-    for (const std::string& p : dset_paths) out.push_back(dataset_details(p));
-    return out;
-  }
-  std::vector<std::pair<DatasetInfo, StorageInfo>> got;
-  try {
-    got = helper::call_tentative<std::vector<std::pair<DatasetInfo, StorageInfo>>>(*hp, proto::Op::DatasetsDetails,
-                                                                                 path_, group, group, dset_paths);
-  } catch (const HelperFailure& e) {  // one of them breaks the helper: each on its own
-    log::debug(std::string(e.what()) + "; the datasets are asked one by one");
-    for (const std::string& p : dset_paths) out.push_back(dataset_details(p));
-    return out;
-  }
-  if (got.size() != dset_paths.size())
-    fail(EIO, path_ + ":" + group + ": datasets_details from the HDF5 helper: " + std::to_string(got.size()) +
-                  " answers for " + std::to_string(dset_paths.size()) + " datasets");
-  for (size_t i = 0; i < got.size(); ++i) {
-    auto& [info, st] = got[i];
-    proto::validate(info, st);
-    if (!answers_for(info, dset_paths[i]))
-      fail(EIO, path_ + ":" + dset_paths[i] + ": datasets_details from the HDF5 helper answered for " + info.path);
-    auto full = std::make_shared<const DatasetInfo>(std::move(info));
-    remember_listed(dset_paths[i], *full, st);
-    out.push_back(std::move(full));
-  }
-  return out;
-}
+namespace meta = euxfel::meta;
 
-void H5File::prefetch_infos(Engine& engine, const std::vector<std::pair<std::string, std::string>>& items) {
-  HelperPool* hp = engine.helpers();
-  if (!hp || items.size() < 2) return;
-  struct Todo {
-    std::shared_ptr<H5File> file;
-    std::string dset;
-  };
-  std::vector<std::vector<Todo>> lanes(std::max(1u, hp->options().count));  // by preferred helper
-  std::set<std::pair<std::string, std::string>> seen;
-  for (const auto& [path, dset] : items) {
-    if (!seen.insert({path, dset}).second) continue;
-    std::shared_ptr<H5File> f;
-    try {
-      f = engine.open_file(path);
-    } catch (const std::exception&) {
-      continue;
-    }
-    {
-      std::lock_guard<std::mutex> lk(f->mu_);
-      if (f->infos_.count(dset)) continue;
-    }
-    if (hp->marked_bad(path)) continue;
-    lanes[hp->preferred(path) % lanes.size()].push_back({std::move(f), dset});
-  }
-  auto fetch = [hp](const std::vector<Todo>& lane) {
-    if (lane.size() < 2) {  // one file: its own request
-      for (const Todo& t : lane) {
-        try {
-          t.file->dataset_info(t.dset);
-        } catch (const std::exception&) {
-        }
-      }
-      return;
-    }
-    std::vector<std::pair<std::string, std::string>> asked;
-    for (const Todo& t : lane) asked.emplace_back(t.file->path(), t.dset);
-    std::vector<proto::InfoAnswer> answers;
-    auto files_of = [](const std::vector<std::pair<std::string, std::string>>& pairs) {
-      std::vector<std::string> out;
-      for (const auto& [file, dset] : pairs) out.push_back(file);
-      return out;
-    };
-    try {
-      proto::Out o;
-      proto::put(o, asked.front().first);
-      proto::put(o, asked.front().second);
-      proto::put(o, asked);
-      answers = proto::decode_all<std::vector<proto::InfoAnswer>>(
-          hp->call_batch(proto::Op::DatasetInfos, files_of(asked), o.data(), proto::kMaxMetaReply));
-    } catch (const std::exception& e) {
-      log::debug(asked.front().first + " and " + std::to_string(asked.size() - 1) +
-                 " other files: dataset_infos failed (" + e.what() + "); each is asked on its own");
-      return;
-    }
-    if (answers.size() != lane.size()) return;
-    for (size_t i = 0; i < lane.size(); ++i) {
-      proto::InfoAnswer& a = answers[i];
-      if (!a.ok) continue;  // its dataset_info asks again and reports the error
-      try {
-        proto::validate(a.info, a.storage);
-      } catch (const std::exception&) {
-        continue;
-      }
-      const Todo& t = lane[i];
-      if (!t.file->answers_for(a.info, t.dset)) continue;
-      t.file->remember(t.dset, std::make_shared<const DatasetInfo>(std::move(a.info)), a.storage);
-    }
-  };
-  std::vector<std::thread> threads;
-  for (size_t i = 1; i < lanes.size(); ++i) {
-    if (lanes[i].empty()) continue;
-    try {
-      threads.emplace_back(fetch, std::cref(lanes[i]));
-    } catch (const std::system_error&) {  // no thread to spare: in turn
-      fetch(lanes[i]);
-    }
-  }
-  fetch(lanes[0]);
-  for (std::thread& t : threads) t.join();
+bool LocalMetadata::exists(H5File& f, const std::string& path) { return meta::local::exists(f, path); }
+bool LocalMetadata::is_dataset(H5File& f, const std::string& path) { return meta::local::is_dataset(f, path); }
+bool LocalMetadata::is_group(H5File& f, const std::string& path) { return meta::local::is_group(f, path); }
+std::string LocalMetadata::soft_link_target(H5File& f, const std::string& path) {
+  return meta::local::soft_link_target(f, path);
 }
-
-StorageInfo H5File::storage_info(const std::string& dset_path) {
-  dataset_info(dset_path);
-  std::lock_guard<std::mutex> lk(mu_);
-  return storage_.at(dset_path);
+bool LocalMetadata::try_read_u64(H5File& f, const std::string& path, std::vector<uint64_t>& out, uint64_t n) {
+  return meta::local::try_read_u64(f, path, out, n);
 }
-
-ArrayPtr H5File::dataset_array(const std::string& dset_path) {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    auto it = arrays_.find(dset_path);
-    if (it != arrays_.end()) return it->second;
-  }
-  auto info = dataset_info(dset_path);
-  StorageInfo st = storage_info(dset_path);
-  ArrayPtr a = make_dataset_array(engine_, info, st);
-  std::lock_guard<std::mutex> lk(mu_);
-  auto [it, inserted] = arrays_.emplace(dset_path, a);
-  return it->second;
+bool LocalMetadata::try_read_i64(H5File& f, const std::string& path, std::vector<int64_t>& out, uint64_t n) {
+  return meta::local::try_read_i64(f, path, out, n);
+}
+std::vector<meta::IndexArrays> LocalMetadata::read_index(H5File& f, const std::string& base,
+                                                         const std::vector<std::string>& groups, uint64_t n) {
+  return meta::local::read_index(f, base, groups, n);
+}
+meta::SequenceMeta LocalMetadata::read_sequence_file(H5File& f, bool with_metadata, bool with_index) {
+  // Composed of the questions above (sequence_file.cpp), each answered here.
+  return meta::detail::read_sequence_file_parts(f, with_metadata, with_index);
+}
+std::vector<std::string> LocalMetadata::read_strings(H5File& f, const std::string& path) {
+  return meta::local::read_strings(f, path);
+}
+std::vector<std::string> LocalMetadata::list_datasets(H5File& f, const std::string& group) {
+  return meta::local::list_datasets(f, group);
+}
+std::vector<std::string> LocalMetadata::list_members(H5File& f, const std::string& group) {
+  return meta::local::list_members(f, group);
 }
 
 }  // namespace h5d
+
+// The local implementation for every Engine without helper options in a program that links
+// this library: registered before main. The helper-side library's link interface names this
+// symbol as undefined (core/CMakeLists.txt), so its object file is always linked in.
+extern "C" {
+extern const int h5d_local_metadata_registered;
+const int h5d_local_metadata_registered = [] {
+  h5d::local_metadata_factory() = [](h5d::Engine& e) -> std::unique_ptr<h5d::Metadata> {
+    return std::make_unique<h5d::LocalMetadata>(e);
+  };
+  return 1;
+}();
+}
