@@ -120,10 +120,11 @@ std::vector<uint8_t> library_read_local(H5File& file, const std::string& dset_pa
       fail(EINVAL, file.path() + ":" + dset_path + ": library read outside the dataset");
   std::vector<uint8_t> buf(product(buf_shape) * info->dtype.itemsize);
   h5::Lock lk = h5::lock();
-  h5::Handle dset = h5::check(H5Dopen2(local_handle(file), dset_path.c_str(), H5P_DEFAULT), "H5Dopen");
-  h5::Handle ftype = h5::check(H5Dget_type(dset.get()), "H5Dget_type");
-  h5::Handle fspace = h5::check(H5Dget_space(dset.get()), "H5Dget_space");
-  check_scaleoffset_chunks(dset.get(), ftype.get(), *info, st.ds_rank, start, count, file.path() + ":" + dset_path);
+  const std::string what = file.path() + ":" + dset_path;
+  h5::Handle dset = h5::open_dataset(local_handle(file), dset_path, what + ": H5Dopen", EIO);
+  h5::Handle ftype = h5::dataset_type(dset.get(), what);
+  h5::Handle fspace = h5::dataset_space(dset.get(), what);
+  check_scaleoffset_chunks(dset.get(), ftype.get(), *info, st.ds_rank, start, count, what);
   h5::Handle mspace;
   if (st.ds_rank == 0) {
     mspace = h5::check(H5Screate(H5S_SCALAR), "H5Screate");
@@ -137,7 +138,7 @@ std::vector<uint8_t> library_read_local(H5File& file, const std::string& dset_pa
   h5::Handle mtype = info->convert_type ? h5::standard_type(ftype.get()) : h5::Handle();
   const hid_t read_type = mtype ? mtype.get() : ftype.get();
   h5::Handle xfer = h5::transfer_for(ftype.get(), read_type, product(count));
-  h5::check(H5Dread(dset.get(), read_type, mspace.get(), fspace.get(), xfer.get(), buf.data()), "H5Dread");
+  h5::read(dset.get(), read_type, mspace.get(), fspace.get(), xfer.get(), buf.data(), "H5Dread");
   const bool zeros = h5::gaps_read_as_zeros(ftype.get());
   lk.unlock();
   if (zeros) zero_gaps(info->dtype, buf);

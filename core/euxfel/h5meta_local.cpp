@@ -21,18 +21,9 @@ bool exists_locked(hid_t fid, const std::string& path) {
   while (true) {
     size_t next = path.find('/', pos + 1);
     std::string prefix = path.substr(0, next);
-    if (!prefix.empty() && prefix != "/") {
-      htri_t l = H5Lexists(fid, prefix.c_str(), H5P_DEFAULT);
-      if (l <= 0) {
-        H5Eclear2(H5E_DEFAULT);
-        return false;
-      }
-      htri_t o = H5Oexists_by_name(fid, prefix.c_str(), H5P_DEFAULT);
-      if (o <= 0) {
-        H5Eclear2(H5E_DEFAULT);
-        return false;
-      }
-    }
+    if (!prefix.empty() && prefix != "/" &&
+        (!h5::try_link_exists(fid, prefix) || !h5::try_object_exists(fid, prefix)))
+      return false;
     if (next == std::string::npos) return true;
     pos = next;
   }
@@ -40,12 +31,8 @@ bool exists_locked(hid_t fid, const std::string& path) {
 
 H5O_type_t type_locked(hid_t fid, const std::string& path) {
   // A missing link (at any level) makes the call fail; library error printing is off.
-  H5O_info_t info;
-  if (H5Oget_info_by_name2(fid, path.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return H5O_TYPE_UNKNOWN;
-  }
-  return info.type;
+  const auto info = h5::try_object_info(fid, path, H5O_INFO_BASIC);
+  return info ? info->type : H5O_TYPE_UNKNOWN;
 }
 
 // Reads elements [0, min(n, extent)) of the dataset `path` relative to `loc` (a file or group
@@ -53,17 +40,11 @@ H5O_type_t type_locked(hid_t fid, const std::string& path) {
 template <class T>
 bool read_ints_at(hid_t loc, const std::string& what, const std::string& path, uint64_t n,
                   hid_t memtype, std::vector<T>& out) {
-  hid_t did = H5Dopen2(loc, path.c_str(), H5P_DEFAULT);
-  if (did < 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return false;
-  }
-  Handle d(did);
-  Handle space = h5::check(H5Dget_space(d.get()), "H5Dget_space");
-  int rank = H5Sget_simple_extent_ndims(space.get());
-  if (rank < 0) h5::fail_h5(EIO, what);
-  std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 1)), 1);
-  if (rank > 0) H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  Handle d = h5::try_open_dataset(loc, path);
+  if (!d) return false;
+  Handle space = h5::dataset_space(d.get(), what);
+  const std::vector<hsize_t> dims = h5::extent_dims(space.get(), what);
+  const int rank = static_cast<int>(dims.size());
   uint64_t count = rank == 0 ? 1 : std::min<uint64_t>(n, dims[0]);
   out.assign(count, T{});
   if (count == 0) return true;
@@ -76,9 +57,9 @@ bool read_ints_at(hid_t loc, const std::string& what, const std::string& path, u
   }
   hsize_t mdim = count;
   Handle mspace = h5::check(H5Screate_simple(1, &mdim, nullptr), "H5Screate_simple");
-  Handle ftype = h5::check(H5Dget_type(d.get()), "H5Dget_type");
+  Handle ftype = h5::dataset_type(d.get(), what);
   Handle xfer = h5::transfer_for(ftype.get(), memtype, count);
-  h5::check(H5Dread(d.get(), memtype, mspace.get(), space.get(), xfer.get(), out.data()), what + ": read");
+  h5::read(d.get(), memtype, mspace.get(), space.get(), xfer.get(), out.data(), what + ": read");
   return true;
 }
 
@@ -96,11 +77,6 @@ struct VisitState {
 
 herr_t visit_cb(hid_t, const char* name, const H5O_info_t* info, void* data) {
   if (info->type == H5O_TYPE_DATASET) static_cast<VisitState*>(data)->names.emplace_back(name);
-  return 0;
-}
-
-herr_t member_cb(hid_t, const char* name, const H5L_info_t*, void* data) {
-  static_cast<std::vector<std::string>*>(data)->emplace_back(name);
   return 0;
 }
 
@@ -129,19 +105,10 @@ std::string soft_link_target(H5File& f, const std::string& path) {
   h5::Lock lk = h5::lock();
   hid_t fid = local_handle(f);
   // H5Lget_info fails (quietly: error printing is off) when any component is missing.
-  H5L_info_t info;
-  if (H5Lget_info(fid, path.c_str(), &info, H5P_DEFAULT) < 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return "";
-  }
-  if (info.type != H5L_TYPE_SOFT) return "";
-  std::string buf(info.u.val_size + 1, '\0');
-  if (H5Lget_val(fid, path.c_str(), buf.data(), buf.size(), H5P_DEFAULT) < 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return "";
-  }
-  buf.resize(std::strlen(buf.c_str()));
-  return buf;
+  const auto info = h5::try_link_info(fid, path);
+  if (!info || info->type != H5L_TYPE_SOFT) return "";
+  const auto buf = h5::try_link_value(fid, path, info->u.val_size);
+  return buf ? std::string(buf->data()) : "";
 }
 
 bool try_read_u64(H5File& f, const std::string& path, std::vector<uint64_t>& out, uint64_t n) {
@@ -158,13 +125,11 @@ std::vector<IndexArrays> read_index(H5File& f, const std::string& base,
   h5::Lock lk = h5::lock();
   std::vector<IndexArrays> out(groups.size());
   hid_t fid = local_handle(f);
-  hid_t gid = H5Gopen2(fid, base.c_str(), H5P_DEFAULT);
-  if (gid < 0) {
-    H5Eclear2(H5E_DEFAULT);
+  Handle g = h5::try_open_group(fid, base);
+  if (!g) {
     for (auto& r : out) r.error = f.path() + ":" + base + ": no such group";
     return out;
   }
-  Handle g(gid);
   for (size_t i = 0; i < groups.size(); ++i) {
     IndexArrays& r = out[i];
     const std::string rel = groups[i].empty() ? "" : groups[i] + "/";
@@ -204,40 +169,34 @@ std::vector<std::string> read_strings(H5File& f, const std::string& path) {
   h5::init_library();
   h5::Lock lk = h5::lock();
   hid_t fid = local_handle(f);
-  hid_t did = H5Dopen2(fid, path.c_str(), H5P_DEFAULT);
-  if (did < 0) {
-    H5Eclear2(H5E_DEFAULT);
-    fail(ENOENT, f.path() + ":" + path + ": no such dataset");
-  }
-  Handle d(did);
-  Handle ftype = h5::check(H5Dget_type(d.get()), "H5Dget_type");
-  if (H5Tget_class(ftype.get()) != H5T_STRING)
-    fail(EINVAL, f.path() + ":" + path + ": not a string dataset");
-  Handle space = h5::check(H5Dget_space(d.get()), "H5Dget_space");
-  const hssize_t npoints = H5Sget_simple_extent_npoints(space.get());
+  const std::string what = f.path() + ":" + path;
+  Handle d = h5::try_open_dataset(fid, path);
+  if (!d) fail(ENOENT, what + ": no such dataset");
+  Handle ftype = h5::dataset_type(d.get(), what);
+  if (H5Tget_class(ftype.get()) != H5T_STRING) fail(EINVAL, what + ": not a string dataset");
+  Handle space = h5::dataset_space(d.get(), what);
+  const hssize_t npoints = h5::extent_npoints(space.get(), what);
   std::vector<std::string> out;
   if (npoints <= 0) return out;
   const size_t n = static_cast<size_t>(npoints);
   out.reserve(n);
   if (H5Tis_variable_str(ftype.get()) > 0) {
     Handle mtype = h5::check(H5Tcopy(H5T_C_S1), "H5Tcopy");
-    H5Tset_size(mtype.get(), H5T_VARIABLE);
-    H5Tset_cset(mtype.get(), H5Tget_cset(ftype.get()));
+    h5::check(H5Tset_size(mtype.get(), H5T_VARIABLE), what + ": H5Tset_size");
+    h5::check(H5Tset_cset(mtype.get(), H5Tget_cset(ftype.get())), what + ": H5Tset_cset");
     std::vector<char*> ptrs(n, nullptr);
     Handle xfer = h5::transfer_for(ftype.get(), mtype.get(), n);
-    h5::check(H5Dread(d.get(), mtype.get(), H5S_ALL, H5S_ALL, xfer.get(), ptrs.data()),
-              f.path() + ":" + path + ": read");
+    h5::read(d.get(), mtype.get(), H5S_ALL, H5S_ALL, xfer.get(), ptrs.data(), what + ": read");
     for (char* p : ptrs) out.emplace_back(p ? p : "");
-    H5Dvlen_reclaim(mtype.get(), space.get(), H5P_DEFAULT, ptrs.data());
+    h5::vlen_reclaim(mtype.get(), space.get(), ptrs.data(), what);
   } else {
-    size_t sz = H5Tget_size(ftype.get());
+    const size_t sz = h5::type_size(ftype.get(), what);
     Handle mtype = h5::check(H5Tcopy(H5T_C_S1), "H5Tcopy");
-    H5Tset_size(mtype.get(), sz);
-    H5Tset_strpad(mtype.get(), H5T_STR_NULLPAD);
+    h5::check(H5Tset_size(mtype.get(), sz), what + ": H5Tset_size");
+    h5::check(H5Tset_strpad(mtype.get(), H5T_STR_NULLPAD), what + ": H5Tset_strpad");
     std::vector<char> buf(sz * n);
     Handle xfer = h5::transfer_for(ftype.get(), mtype.get(), n);
-    h5::check(H5Dread(d.get(), mtype.get(), H5S_ALL, H5S_ALL, xfer.get(), buf.data()),
-              f.path() + ":" + path + ": read");
+    h5::read(d.get(), mtype.get(), H5S_ALL, H5S_ALL, xfer.get(), buf.data(), what + ": read");
     for (size_t i = 0; i < n; ++i) {
       const char* p = buf.data() + i * sz;
       out.emplace_back(p, strnlen(p, sz));
@@ -265,9 +224,8 @@ std::vector<std::string> list_members(H5File& f, const std::string& group_path) 
   hid_t fid = local_handle(f);
   std::vector<std::string> names;
   if (type_locked(fid, group_path) != H5O_TYPE_GROUP) return names;
-  Handle g = h5::check(H5Gopen2(fid, group_path.c_str(), H5P_DEFAULT), group_path);
-  if (H5Literate(g.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, member_cb, &names) < 0)
-    h5::fail_h5(EIO, f.path() + ":" + group_path + ": iterate");
+  Handle g = h5::open_group(fid, group_path, f.path() + ":" + group_path, EIO);
+  for (auto& link : h5::links(g.get(), f.path() + ":" + group_path + ": iterate")) names.push_back(std::move(link.first));
   std::sort(names.begin(), names.end());
   return names;
 }

@@ -74,11 +74,8 @@ fmt::FileGeometry read_geometry(hid_t fid) {
 
 // The object at `object_path` (a group or dataset); Error(ENOENT) when there is none.
 h5::Handle open_object(hid_t fid, const std::string& file, const std::string& object_path) {
-  h5::Handle obj(H5Oopen(fid, object_path.c_str(), H5P_DEFAULT));
-  if (!obj) {
-    H5Eclear2(H5E_DEFAULT);
-    fail(ENOENT, file + ":" + object_path + ": no such object");
-  }
+  h5::Handle obj = h5::try_open_object(fid, object_path);
+  if (!obj) fail(ENOENT, file + ":" + object_path + ": no such object");
   return obj;
 }
 
@@ -224,24 +221,12 @@ std::vector<LinkEntry> LocalMetadata::list_group(H5File& f, const std::string& g
   const std::string& file_path = f.path();
   h5::Lock lk = h5::lock();
   hid_t fid = local_handle(f);
-  h5::Handle g(H5Gopen2(fid, group_path.c_str(), H5P_DEFAULT));
-  if (!g) {
-    // The root group always exists: a file whose root cannot be opened is damaged (EIO, logged
-    // with libhdf5's reason), not empty.
-    if (group_path == "/") h5::fail_h5(EIO, file_path + ": cannot open the root group");
-    H5Eclear2(H5E_DEFAULT);
-    fail(ENOENT, file_path + ":" + group_path + ": not a group");
-  }
-  struct Ctx {
-    std::vector<std::pair<std::string, H5L_type_t>> links;
-  } ctx;
-  auto cb = [](hid_t, const char* name, const H5L_info_t* info, void* data) -> herr_t {
-    static_cast<Ctx*>(data)->links.emplace_back(name, info->type);
-    return 0;
-  };
-  hsize_t idx = 0;
-  if (H5Literate(g.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, cb, &ctx) < 0)
-    h5::fail_h5(EIO, file_path + ":" + group_path + ": cannot list group");
+  // The root group always exists: a file whose root cannot be opened is damaged (EIO, logged
+  // with libhdf5's reason), not empty.
+  h5::Handle g = group_path == "/" ? h5::open_group(fid, group_path, file_path + ": cannot open the root group", EIO)
+                                   : h5::try_open_group(fid, group_path);
+  if (!g) fail(ENOENT, file_path + ":" + group_path + ": not a group");
+  const auto links = h5::links(g.get(), file_path + ":" + group_path + ": cannot list group");
   // The groups on the way here, by (file, object address): a hard, soft or external link back
   // to one of them would make an endless tree.
   struct Ancestor {
@@ -253,19 +238,16 @@ std::vector<LinkEntry> LocalMetadata::list_group(H5File& f, const std::string& g
   for (size_t pos = 1; pos <= group_path.size(); ++pos) {
     if (pos != 1 && pos != group_path.size() && group_path[pos] != '/') continue;
     const std::string prefix = pos == 1 ? "/" : group_path.substr(0, pos);
-    H5O_info_t oi;
-    if (H5Oget_info_by_name2(fid, prefix.c_str(), &oi, H5O_INFO_BASIC, H5P_DEFAULT) >= 0)
-      ancestors.push_back({oi.fileno, oi.addr, prefix});
+    if (const auto oi = h5::try_object_info(fid, prefix, H5O_INFO_BASIC))
+      ancestors.push_back({oi->fileno, oi->addr, prefix});
   }
-  H5Eclear2(H5E_DEFAULT);
   std::vector<LinkEntry> out;
-  for (const auto& [name, ltype] : ctx.links) {
+  for (const auto& [name, ltype] : links) {
     LinkEntry e;
     e.name = name;
-    H5O_info_t oinfo;
     const size_t refused = h5::pending_reads_past_end();
-    if (H5Oget_info_by_name2(g.get(), name.c_str(), &oinfo, H5O_INFO_BASIC, H5P_DEFAULT) < 0) {
-      H5Eclear2(H5E_DEFAULT);  // dangling soft or external link: not shown
+    const auto found = h5::try_object_info(g.get(), name, H5O_INFO_BASIC);
+    if (!found) {  // dangling soft or external link: not shown
       if (h5::pending_reads_past_end() > refused) {
         // Its object header lies past the cut of a truncated file (h5truncated.cpp): libhdf5
         // could not load it and kept nothing of it; the group's other members are intact.
@@ -275,6 +257,7 @@ std::vector<LinkEntry> LocalMetadata::list_group(H5File& f, const std::string& g
       }
       continue;
     }
+    const H5O_info_t& oinfo = *found;
     if (oinfo.type == H5O_TYPE_GROUP) {  // the nearest one, should a path pass a group twice
       auto up = std::find_if(ancestors.rbegin(), ancestors.rend(), [&](const Ancestor& a) {
         return a.fileno == oinfo.fileno && a.addr == oinfo.addr;
@@ -284,37 +267,28 @@ std::vector<LinkEntry> LocalMetadata::list_group(H5File& f, const std::string& g
     e.kind = oinfo.type == H5O_TYPE_GROUP ? ObjectKind::Group
              : oinfo.type == H5O_TYPE_DATASET ? ObjectKind::Dataset : ObjectKind::Other;
     if (ltype == H5L_TYPE_SOFT || ltype == H5L_TYPE_EXTERNAL) {
-      H5L_info_t li;
-      if (H5Lget_info(g.get(), name.c_str(), &li, H5P_DEFAULT) >= 0) {
-        std::vector<char> buf(li.u.val_size + 1, 0);
-        if (H5Lget_val(g.get(), name.c_str(), buf.data(), buf.size(), H5P_DEFAULT) >= 0) {
-          if (ltype == H5L_TYPE_SOFT) {
-            std::string t(buf.data());
-            e.soft_target = (!t.empty() && t[0] == '/') ? t : join_h5(group_path, t);
-          } else {
-            const char* file = nullptr;
-            const char* obj = nullptr;
-            if (H5Lunpack_elink_val(buf.data(), buf.size(), nullptr, &file, &obj) >= 0)
-              e.soft_target = std::string(file ? file : "") + ":" + (obj ? obj : "");
-            // The file libhdf5 found for it (H5Oget_info above opened it).
-            hid_t o = H5Oopen(g.get(), name.c_str(), H5P_DEFAULT);
-            if (o >= 0) {
-              const ssize_t n = H5Fget_name(o, nullptr, 0);
-              if (n > 0) {
-                std::vector<char> fn(static_cast<size_t>(n) + 1, 0);
-                if (H5Fget_name(o, fn.data(), fn.size()) > 0) e.file = fn.data();
-              }
-              H5Oclose(o);
-            }
-            // A relative name libhdf5 found beside this file rather than in the working directory.
-            if (!e.file.empty() && e.file[0] != '/' && !file_exists(e.file)) {
-              const std::string beside = join_path(dirname_of(file_path), e.file);
-              if (file_exists(beside)) e.file = beside;
-            }
+      const auto li = h5::try_link_info(g.get(), name);
+      const auto val = li ? h5::try_link_value(g.get(), name, li->u.val_size) : std::nullopt;
+      if (val) {
+        const std::vector<char>& buf = *val;
+        if (ltype == H5L_TYPE_SOFT) {
+          std::string t(buf.data());
+          e.soft_target = (!t.empty() && t[0] == '/') ? t : join_h5(group_path, t);
+        } else {
+          const char* file = nullptr;
+          const char* obj = nullptr;
+          if (H5Lunpack_elink_val(buf.data(), buf.size(), nullptr, &file, &obj) >= 0)
+            e.soft_target = std::string(file ? file : "") + ":" + (obj ? obj : "");
+          // The file libhdf5 found for it (H5Oget_info above opened it).
+          if (h5::Handle o = h5::try_open_object(g.get(), name)) e.file = h5::try_file_name(o.get());
+          // A relative name libhdf5 found beside this file rather than in the working directory.
+          if (!e.file.empty() && e.file[0] != '/' && !file_exists(e.file)) {
+            const std::string beside = join_path(dirname_of(file_path), e.file);
+            if (file_exists(beside)) e.file = beside;
           }
         }
       }
-      H5Eclear2(H5E_DEFAULT);
+      H5Eclear2(H5E_DEFAULT);  // H5Lunpack_elink_val's refusal: the target stays unnamed
     }
     out.push_back(std::move(e));
   }
@@ -327,14 +301,10 @@ ObjectKind LocalMetadata::kind_of(H5File& f, const std::string& path) {
   if (path == "/") return ObjectKind::Group;
   // Check every component exists before asking for the object (H5Oget_info_by_name on a
   // missing intermediate group only fails, but be explicit).
-  H5O_info_t oinfo;
-  htri_t ok = H5Lexists(fid, path.c_str(), H5P_DEFAULT);
-  if (ok <= 0 || H5Oget_info_by_name2(fid, path.c_str(), &oinfo, H5O_INFO_BASIC, H5P_DEFAULT) < 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return ObjectKind::Other;
-  }
-  return oinfo.type == H5O_TYPE_GROUP ? ObjectKind::Group
-         : oinfo.type == H5O_TYPE_DATASET ? ObjectKind::Dataset : ObjectKind::Other;
+  const auto oinfo = h5::try_link_exists(fid, path) ? h5::try_object_info(fid, path, H5O_INFO_BASIC) : std::nullopt;
+  if (!oinfo) return ObjectKind::Other;
+  return oinfo->type == H5O_TYPE_GROUP ? ObjectKind::Group
+         : oinfo->type == H5O_TYPE_DATASET ? ObjectKind::Dataset : ObjectKind::Other;
 }
 
 namespace {
@@ -346,9 +316,10 @@ std::function<void(const std::string&)>& attribute_hook() {
 // One attribute of the open object `obj` of `file`, by name; caller holds the HDF5 lock.
 Value read_attribute(hid_t obj, const std::string& file, const std::string& name) {
   if (attribute_hook()) attribute_hook()(file + "@" + name);
-  h5::Handle a(H5Aopen_by_name(obj, ".", name.c_str(), H5P_DEFAULT, H5P_DEFAULT));
-  Value v = a ? h5::read_value(a.get(), true, 10000) : Value::string("unreadable: " + h5::error_stack());
-  H5Eclear2(H5E_DEFAULT);
+  std::string why;
+  h5::Handle a = h5::try_open_attribute(obj, name, why);
+  Value v = a ? h5::read_value(a.get(), true, 10000) : Value::string("unreadable: " + why);
+  H5Eclear2(H5E_DEFAULT);  // read_value's reasons are in its value
   return v;
 }
 }  // namespace
@@ -373,10 +344,9 @@ std::vector<std::string> LocalMetadata::attribute_names(H5File& f, const std::st
     h5::Lock lk = h5::lock();
     hid_t fid = local_handle(f);
     h5::Handle obj = open_object(fid, file_path, object_path);
-    if (H5Oget_info2(obj.get(), &oinfo, H5O_INFO_BASIC | H5O_INFO_NUM_ATTRS) < 0) {
-      H5Eclear2(H5E_DEFAULT);
-      return {};
-    }
+    const auto got = h5::try_object_info(obj.get(), H5O_INFO_BASIC | H5O_INFO_NUM_ATTRS);
+    if (!got) return {};
+    oinfo = *got;
     geo = read_geometry(fid);
   }
   if (oinfo.num_attrs == 0) return {};
@@ -392,18 +362,11 @@ std::vector<std::string> LocalMetadata::attribute_names(H5File& f, const std::st
   }
   // Dense or shared attribute storage (or a header we could not read): libhdf5's own list.
   h5::Lock lk = h5::lock();
-  h5::Handle obj(H5Oopen(local_handle(f), object_path.c_str(), H5P_DEFAULT));
+  h5::Handle obj = h5::try_open_object(local_handle(f), object_path);
   std::vector<std::string> names;
-  auto cb = [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
-    static_cast<std::vector<std::string>*>(data)->emplace_back(name);
-    return 0;
-  };
-  hsize_t idx = 0;
-  if (!obj || H5Aiterate2(obj.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, cb, &names) < 0) {
-    const std::string stack = h5::error_stack();
+  std::string stack = "cannot open it";
+  if (!obj || !h5::try_attribute_names(obj.get(), names, stack))
     log::warn(file_path + ":" + object_path + ": cannot list its attributes: " + stack + (why.empty() ? "" : "; " + why));
-  }
-  H5Eclear2(H5E_DEFAULT);
   return names;
 }
 
@@ -416,11 +379,8 @@ Value LocalMetadata::attribute(H5File& f, const std::string& object_path, const 
 Value LocalMetadata::read_value(H5File& f, const std::string& dset_path, uint64_t max_elements) {
   h5::Lock lk = h5::lock();
   hid_t fid = local_handle(f);
-  h5::Handle d(H5Dopen2(fid, dset_path.c_str(), H5P_DEFAULT));
-  if (!d) {
-    H5Eclear2(H5E_DEFAULT);
-    fail(ENOENT, f.path() + ":" + dset_path + ": no such dataset");
-  }
+  h5::Handle d = h5::try_open_dataset(fid, dset_path);
+  if (!d) fail(ENOENT, f.path() + ":" + dset_path + ": no such dataset");
   return h5::read_value(d.get(), false, max_elements);
 }
 
@@ -433,18 +393,16 @@ namespace {
 std::pair<std::string, std::string> external_link_target(hid_t fid, const std::string& file,
                                                          const std::string& dset_path) {
   std::pair<std::string, std::string> out;
-  H5L_info_t li;
-  if (H5Lget_info(fid, dset_path.c_str(), &li, H5P_DEFAULT) >= 0 && li.type == H5L_TYPE_EXTERNAL) {
-    std::vector<char> buf(li.u.val_size + 1, 0);
-    const char* f = nullptr;
-    const char* obj = nullptr;
-    if (H5Lget_val(fid, dset_path.c_str(), buf.data(), buf.size(), H5P_DEFAULT) >= 0 &&
-        H5Lunpack_elink_val(buf.data(), buf.size(), nullptr, &f, &obj) >= 0 && f && obj) {
-      std::string target = resolve_vds_source(file, f);
-      if (!target.empty()) out = {target, obj};
-    }
+  const auto li = h5::try_link_info(fid, dset_path);
+  if (!li || li->type != H5L_TYPE_EXTERNAL) return out;
+  auto buf = h5::try_link_value(fid, dset_path, li->u.val_size);
+  const char* f = nullptr;
+  const char* obj = nullptr;
+  if (buf && H5Lunpack_elink_val(buf->data(), buf->size(), nullptr, &f, &obj) >= 0 && f && obj) {
+    std::string target = resolve_vds_source(file, f);
+    if (!target.empty()) out = {target, obj};
   }
-  H5Eclear2(H5E_DEFAULT);
+  H5Eclear2(H5E_DEFAULT);  // H5Lunpack_elink_val's refusal: no external link to follow
   return out;
 }
 
@@ -559,8 +517,7 @@ void read_fill_value(hid_t dcpl, hid_t ftype, DatasetInfo& info) {
 // Where the bytes are: object header, user block and address sizes, contiguous address.
 void read_storage(hid_t fid, hid_t d, hid_t dcpl, const std::string& file, const DatasetInfo& info,
                   StorageInfo& st) {
-  H5O_info_t oinfo;
-  if (H5Oget_info2(d, &oinfo, H5O_INFO_BASIC) >= 0) st.ohdr_addr = oinfo.addr;
+  if (const auto oinfo = h5::try_object_info(d, H5O_INFO_BASIC)) st.ohdr_addr = oinfo->addr;
   st.geo = read_geometry(fid);
   haddr_t off = H5Dget_offset(d);
   // Only where it is needed: for a chunked dataset libhdf5 walks the whole chunk index to
@@ -585,10 +542,8 @@ void read_storage(hid_t fid, hid_t d, hid_t dcpl, const std::string& file, const
   }
   H5Eclear2(H5E_DEFAULT);
   // Datasets reached through an external link in an intermediate group live in another file.
-  ssize_t n = H5Fget_name(d, nullptr, 0);
-  std::string fname(static_cast<size_t>(std::max<ssize_t>(n, 0)), '\0');
-  if (n > 0) H5Fget_name(d, fname.data(), fname.size() + 1);
-  if (n > 0 && fname != file && basename_of(fname) != basename_of(file)) {
+  const std::string fname = h5::try_file_name(d);
+  if (!fname.empty() && fname != file && basename_of(fname) != basename_of(file)) {
     st.library_only = true;
     st.library_reason = "dataset lives in another file behind an external link";
   }
@@ -616,12 +571,8 @@ void read_vds_mappings(hid_t dcpl, const std::string& file, const std::string& w
   if (H5Pget_virtual_count(dcpl, &count) < 0) h5::fail_h5(EIO, what + ": H5Pget_virtual_count");
   for (size_t i = 0; i < count; ++i) {
     VdsMapping m;
-    ssize_t n = H5Pget_virtual_filename(dcpl, i, nullptr, 0);
-    m.file_name.assign(static_cast<size_t>(std::max<ssize_t>(n, 0)), '\0');
-    H5Pget_virtual_filename(dcpl, i, m.file_name.data(), m.file_name.size() + 1);
-    n = H5Pget_virtual_dsetname(dcpl, i, nullptr, 0);
-    m.dataset_name.assign(static_cast<size_t>(std::max<ssize_t>(n, 0)), '\0');
-    H5Pget_virtual_dsetname(dcpl, i, m.dataset_name.data(), m.dataset_name.size() + 1);
+    m.file_name = h5::try_virtual_filename(dcpl, i);
+    m.dataset_name = h5::try_virtual_dsetname(dcpl, i);
     try {
       h5::Handle vs = h5::check(H5Pget_virtual_vspace(dcpl, i), "H5Pget_virtual_vspace");
       h5::Handle ss = h5::check(H5Pget_virtual_srcspace(dcpl, i), "H5Pget_virtual_srcspace");
@@ -698,13 +649,10 @@ std::shared_ptr<const DatasetInfo> LocalMetadata::dataset_info(H5File& f, const 
     st = other->storage_info(objpath);
     return inf;
   }
-  h5::Handle d(H5Dopen2(fid, dset_path.c_str(), H5P_DEFAULT));
-  if (!d) {
-    H5Eclear2(H5E_DEFAULT);
-    fail(ENOENT, what + ": not a dataset");
-  }
-  h5::Handle ftype = h5::check(H5Dget_type(d.get()), what + ": H5Dget_type");
-  h5::Handle space = h5::check(H5Dget_space(d.get()), what + ": H5Dget_space");
+  h5::Handle d = h5::try_open_dataset(fid, dset_path);
+  if (!d) fail(ENOENT, what + ": not a dataset");
+  h5::Handle ftype = h5::dataset_type(d.get(), what);
+  h5::Handle space = h5::dataset_space(d.get(), what);
   Shape folded;
   if (!read_type_and_shape(d.get(), ftype.get(), space.get(), static_cast<uint64_t>(std::max<int64_t>(file_id.size, 0)),
                            *info, st, folded)) {
@@ -714,7 +662,7 @@ std::shared_ptr<const DatasetInfo> LocalMetadata::dataset_info(H5File& f, const 
     decide_read_path(*info, st);
     return info;
   }
-  h5::Handle dcpl = h5::check(H5Dget_create_plist(d.get()), what + ": H5Dget_create_plist");
+  h5::Handle dcpl = h5::dataset_create_plist(d.get(), what);
   read_layout_and_filters(dcpl.get(), st.ds_rank, *info);
   read_fill_value(dcpl.get(), ftype.get(), *info);
   read_storage(fid, d.get(), dcpl.get(), file_path, *info, st);
