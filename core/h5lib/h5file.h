@@ -121,10 +121,6 @@ class H5File : public std::enable_shared_from_this<H5File> {
   std::vector<std::string> attribute_names(const std::string& object_path);
   // One attribute's value ("unreadable: <why>" when libhdf5 cannot open it).
   Value attribute(const std::string& object_path, const std::string& name);
-  // Test hook (the helper's H5DIRECT_HELPER_FAULT_FILE, h5helper.cpp): called with
-  // "FILE@ATTRIBUTE" before each attribute is read in this process. Set once, before requests.
-  static void set_attribute_hook(std::function<void(const std::string&)> hook);
-
   // Metadata of a dataset (cached). Throws Error(ENOENT) when it is not a dataset.
   std::shared_ptr<const DatasetInfo> dataset_info(const std::string& dset_path);
   // dataset_info plus what listing does not need: attribute values (attrs) and, for a
@@ -136,11 +132,12 @@ class H5File : public std::enable_shared_from_this<H5File> {
   std::vector<std::shared_ptr<const DatasetInfo>> datasets_details(const std::string& group,
                                                                    const std::vector<std::string>& dset_paths);
   // Fetches the dataset_info of `items` ((file, dataset) pairs: the parts of a concatenation,
-  // the sources of a VDS; repeated pairs asked once) ahead of their dataset_info calls. With HDF5 helpers that is one
-  // request per helper, each helper answering the files it is preferred for, all helpers at
-  // once, instead of one round trip per file. A hint: what is cached already, in a file marked
-  // bad, or fails (or a batch that breaks its helper) is left to dataset_info, which asks again
-  // on its own and reports. Without helpers it does nothing.
+  // the sources of a VDS; repeated pairs asked once) ahead of their dataset_info calls: the
+  // engine's Metadata::prefetch_infos. With HDF5 helpers that is one request per helper, each
+  // helper answering the files it is preferred for, all helpers at once, instead of one round
+  // trip per file. A hint: what is cached already, in a file marked bad, or fails (or a batch
+  // that breaks its helper) is left to dataset_info, which asks again on its own and reports.
+  // Without helpers it does nothing.
   static void prefetch_infos(Engine& engine, const std::vector<std::pair<std::string, std::string>>& items);
   // The dataset's bytes as an Array (cached). Throws Error(EINVAL) when it is not an array.
   ArrayPtr dataset_array(const std::string& dset_path);
