@@ -32,6 +32,7 @@
 #include "config/options.h"
 #include "core/engine/engine.h"
 #include "core/h5lib/h5helper.h"
+#include "core/h5lib/metadata.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/write/writer.h"
@@ -560,7 +561,7 @@ int run_mount(int argc, char** argv) {
       if (m.engine.helper.path.empty())
         throw std::runtime_error("h5direct-helper not found beside this program (nor in ../libexec/h5direct)");
       engine = std::make_unique<Engine>(m.engine);
-      if (HelperPool* hp = engine->helpers()) hp->start_idle();
+      engine->metadata().start();
       fs = std::make_unique<vfs::Vfs>(*engine, m.vfs, m.source);
       vfs::install_builtin_providers(*fs, m.vfs);
       fs->set_listener(&ctx.invalidator);

@@ -14,7 +14,7 @@
 #include "core/engine/buffer_pool.h"
 #include "core/engine/chunk_cache.h"
 #include "core/engine/engine.h"
-#include "core/h5lib/h5helper.h"
+#include "core/h5lib/metadata.h"
 #include "core/log.h"
 #include "vfs/sidecar.h"
 #include "vfs/vfs.h"
@@ -135,15 +135,16 @@ std::vector<Vfs::Counter> Vfs::counters() {
   add({"bytes_pushed"}, "bytes_pushed_total", "Bytes pushed into the page cache ahead of the reader", true, u(rc.bytes_pushed));
   add({"library_reads"}, "library_reads_total", "Reads that went through libhdf5 (H5Dread in a helper)", true,
       u(st.library_reads));
-  if (HelperPool* hp = engine_.helpers()) {
+  if (engine_.metadata().isolated()) {
+    const Metadata::Counters hc = engine_.metadata().counters();
     add({"hdf5_helper", "helpers"}, "hdf5_helpers", "HDF5 helper processes the mount runs", false,
-        double(std::max(1u, hp->options().count)));
+        double(hc.processes));
     add({"hdf5_helper", "requests"}, "hdf5_helper_requests_total", "Requests answered by the HDF5 helpers", true,
-        double(hp->requests()));
+        double(hc.requests));
     add({"hdf5_helper", "files"}, "hdf5_helper_files", "Distinct files the HDF5 helpers were asked about", false,
-        double(hp->files_asked()));
+        double(hc.files_asked));
     add({"hdf5_helper", "failures"}, "hdf5_helper_failures_total",
-        "HDF5 helpers that crashed, hung or talked garbage (each restarted)", true, double(hp->failures()));
+        "HDF5 helpers that crashed, hung or talked garbage (each restarted)", true, double(hc.failures));
   }
   std::map<int, uint64_t> replies;
   {

@@ -1,9 +1,8 @@
 #include "core/array/array.h"
 
 #include <algorithm>
-#include <atomic>
-#include <thread>
 
+#include "core/engine/threadpool.h"
 #include "core/error.h"
 
 namespace h5d {
@@ -36,9 +35,9 @@ ByteSpan shifted_span(const Array& part, uint64_t part_lo, uint64_t run_lo, uint
   return {std::max(lo, run_lo), std::min(hi, run_hi)};
 }
 
-ConcatArray::ConcatArray(std::vector<Part> parts, Shape trailing, DType dtype, std::string what, size_t open_at_once,
-                         OpenMany open_many)
-    : open_at_once_(std::max<size_t>(open_at_once, 1)), open_many_(std::move(open_many)), trailing_(std::move(trailing)), dtype_(std::move(dtype)),
+ConcatArray::ConcatArray(std::vector<Part> parts, Shape trailing, DType dtype, std::string what, OpenMany open_many,
+                         ThreadPool* pool)
+    : open_many_(std::move(open_many)), pool_(pool), trailing_(std::move(trailing)), dtype_(std::move(dtype)),
       what_(std::move(what)) {
   uint64_t rows = 0;
   for (Part& p : parts) {
@@ -78,7 +77,7 @@ ArrayPtr ConcatArray::part_array(size_t i) const {
 
 std::map<size_t, std::exception_ptr> ConcatArray::open_parts(const Region& r) const {
   std::map<size_t, std::exception_ptr> failed;
-  if (open_at_once_ < 2 && !open_many_) return failed;
+  if (!pool_ && !open_many_) return failed;
   std::vector<size_t> todo;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -98,21 +97,22 @@ std::map<size_t, std::exception_ptr> ConcatArray::open_parts(const Region& r) co
     }
   }
   std::mutex failed_mu;  // a leaf: only `failed`
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t k; (k = next.fetch_add(1)) < todo.size();) {
+  std::vector<std::function<void()>> opens;
+  for (size_t i : todo)
+    opens.push_back([this, i, &failed, &failed_mu] {
+      ThreadPool::Waiting waiting;  // on metadata (a helper) and the source, not a CPU
       try {
-        part_array(todo[k]);
+        part_array(i);
       } catch (...) {
         std::lock_guard<std::mutex> lk(failed_mu);
-        failed[todo[k]] = std::current_exception();
+        failed[i] = std::current_exception();
       }
-    }
-  };
-  std::vector<std::thread> threads;
-  for (size_t t = 1; t < std::min(open_at_once_, todo.size()); ++t) threads.emplace_back(work);
-  work();
-  for (std::thread& t : threads) t.join();
+    });
+  if (pool_) {
+    pool_->run_all(opens);
+  } else {
+    for (auto& open : opens) open();
+  }
   return failed;
 }
 

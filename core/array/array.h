@@ -18,6 +18,8 @@
 
 namespace h5d {
 
+class ThreadPool;
+
 // The tasks of one read. Each task is independent and may run on any thread; all of them
 // together write the requested region. A task reports failure by throwing h5d::Error.
 struct ReadPlan {
@@ -183,11 +185,11 @@ class ConcatArray final : public Array {
   // metadata in one HDF5 helper request per helper, H5File::prefetch_infos). A hint: what it
   // throws is ignored, and each `open` still does (or redoes) its own work.
   using OpenMany = std::function<void(const std::vector<const Part*>&)>;
-  // `open_at_once`: how many of a read's unopened parts are opened at the same time (their
-  // `open`s are independent, e.g. one HDF5 helper request each: the run view passes its helper
-  // count); 1 opens them one after the other.
-  ConcatArray(std::vector<Part> parts, Shape trailing, DType dtype, std::string what, size_t open_at_once = 1,
-              OpenMany open_many = {});
+  // `pool` (an engine's, Engine::pool()): a read's unopened parts are opened there, all at once
+  // (their `open`s are independent, and wait on metadata and the source); without one, one after
+  // the other.
+  ConcatArray(std::vector<Part> parts, Shape trailing, DType dtype, std::string what, OpenMany open_many = {},
+              ThreadPool* pool = nullptr);
   const Shape& shape() const override { return shape_; }
   const DType& dtype() const override { return dtype_; }
   void plan(const Region& r, const DestView& dst, ReadPlan& plan) const override;
@@ -206,12 +208,12 @@ class ConcatArray final : public Array {
   template <class Fn>
   void for_each_part(const Region& r, Fn&& fn) const;
   ArrayPtr part_array(size_t i) const;
-  // Opens the parts `r` touches that are not open yet, open_at_once_ at a time; what each
+  // Opens the parts `r` touches that are not open yet, on pool_ at once; what each
   // failed open threw, by part, for for_each_part to rethrow where the part is reached.
   std::map<size_t, std::exception_ptr> open_parts(const Region& r) const;
   std::vector<Part> parts_;
-  size_t open_at_once_ = 1;
   OpenMany open_many_;
+  ThreadPool* pool_ = nullptr;
   std::vector<uint64_t> offsets_;  // first output row of each part
   Shape trailing_, shape_;
   DType dtype_;

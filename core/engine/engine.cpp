@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "core/engine/fd_cache.h"
 #include "core/h5lib/h5file.h"
-#include "core/h5lib/h5lib.h"
+#include "core/h5lib/metadata.h"
 #include "core/log.h"
 
 namespace h5d {
@@ -58,9 +58,16 @@ Engine::Engine(EngineOptions opts) : opts_(opts) {
   tune_malloc_once();
   if (opts_.threads == 0) opts_.threads = std::max(1u, std::thread::hardware_concurrency());
   if (opts_.cache_bytes == 0) opts_.cache_bytes = default_cache_bytes();
-  h5::init_library();
   if (opts_.io_depth == 0) opts_.io_depth = kDefaultIoDepth;
-  if (!opts_.helper.path.empty()) helpers_ = std::make_unique<HelperPool>(opts_.helper);
+  // Where libhdf5 runs, chosen once: helper processes, or this one where the program links the
+  // helper-side library (metadata.h).
+  if (!opts_.helper.path.empty()) {
+    meta_ = make_remote_metadata(*this, opts_.helper);
+  } else if (LocalMetadataFactory make = local_metadata_factory()) {
+    meta_ = make(*this);
+  } else {
+    fail(EINVAL, "this program has no libhdf5 of its own: it needs the HDF5 helper (h5direct-helper)");
+  }
   cpu_ = std::make_unique<CpuGate>(opts_.threads);
   // One file's tasks may hold io_depth workers (or `threads`, so that one file still decodes on
   // every core); the pool has twice that, so a file whose reads hang leaves as many to others.
@@ -77,12 +84,14 @@ Engine::Engine(EngineOptions opts) : opts_(opts) {
 Engine::~Engine() {
   pool_->shutdown();  // join workers before the caches they use go away (their last tasks may use the pool)
   pool_.reset();
+  std::map<std::string, std::shared_ptr<H5File>> files;  // destroyed after files_mu_ is released (lock order)
   {
-    h5::Lock lk = h5::lock();
-    std::lock_guard<std::mutex> lk2(files_mu_);
-    files_.clear();
+    std::lock_guard<std::mutex> lk(files_mu_);
+    files.swap(files_);
   }
 }
+
+HelperPool* Engine::helpers() { return meta_->pool(); }
 
 std::shared_ptr<H5File> Engine::open_file(const std::string& path) {
   // One stat: a file that changed on disk since its H5File was made gets a new one (metadata,

@@ -19,6 +19,7 @@ class BufferPool;
 class FdCache;
 class ChunkCache;
 class H5File;
+class Metadata;
 
 struct EngineOptions {
   unsigned threads = std::thread::hardware_concurrency();  // decode threads (CPU slots)
@@ -122,9 +123,13 @@ class Engine {
   ChunkCache& cache() { return *cache_; }
   BufferPool& buffers() { return *buffers_; }  // for decoded chunks
   Stats& stats() { return stats_; }
-  // The HDF5 helper processes every libhdf5 call goes to; nullptr: libhdf5 runs in this process
-  // (the helper itself, unit tests, library use).
-  HelperPool* helpers() { return helpers_.get(); }
+  // Every question for libhdf5 (metadata.h): HDF5 helper processes (helper options set: the
+  // daemon) or libhdf5 in this process (the helper itself, unit tests, tools), chosen once.
+  Metadata& metadata() { return *meta_; }
+  // The HDF5 helper processes (nullptr: libhdf5 runs in this process): only for the write path
+  // (core/write/ spawns its writer processes with their options) and tests; the read side
+  // asks metadata().
+  HelperPool* helpers();
 
   // Opens an HDF5 file (or returns the one already open). Throws Error(ENOENT/EIO/...).
   std::shared_ptr<H5File> open_file(const std::string& path);
@@ -162,7 +167,7 @@ class Engine {
   std::unique_ptr<FdCache> fds_;
   std::unique_ptr<ChunkCache> cache_;
   std::unique_ptr<BufferPool> buffers_;
-  std::unique_ptr<HelperPool> helpers_;
+  std::unique_ptr<Metadata> meta_;
   std::mutex files_mu_;  // lock level 4 (docs/architecture.md): after the HDF5 lock; guards files_
   std::map<std::string, std::shared_ptr<H5File>> files_;
 };

@@ -1,323 +1,59 @@
+// euxfel::meta (h5meta.h): each question asked of the engine's Metadata (core/h5lib/metadata.h:
+// an HDF5 helper in the daemon, libhdf5 in process elsewhere, h5meta_local.cpp).
 #include "core/euxfel/h5meta.h"
 
-#include <algorithm>
-#include <cstring>
-
-#include "core/error.h"
 #include "core/engine/engine.h"
+#include "core/error.h"
 #include "core/h5lib/h5file.h"
-#include "core/h5lib/h5helper.h"
-#include "core/h5lib/h5lib.h"
+#include "core/h5lib/metadata.h"
 
 namespace h5d::euxfel::meta {
 namespace {
 
-using h5::Handle;
-
-// Every intermediate link of `path` must exist before H5Oexists_by_name may be asked.
-bool exists_locked(hid_t fid, const std::string& path) {
-  if (path.empty() || path == "/") return true;
-  size_t pos = 0;
-  while (true) {
-    size_t next = path.find('/', pos + 1);
-    std::string prefix = path.substr(0, next);
-    if (!prefix.empty() && prefix != "/") {
-      htri_t l = H5Lexists(fid, prefix.c_str(), H5P_DEFAULT);
-      if (l <= 0) {
-        H5Eclear2(H5E_DEFAULT);
-        return false;
-      }
-      htri_t o = H5Oexists_by_name(fid, prefix.c_str(), H5P_DEFAULT);
-      if (o <= 0) {
-        H5Eclear2(H5E_DEFAULT);
-        return false;
-      }
-    }
-    if (next == std::string::npos) return true;
-    pos = next;
-  }
-}
-
-H5O_type_t type_locked(hid_t fid, const std::string& path) {
-  // A missing link (at any level) makes the call fail; library error printing is off.
-  H5O_info_t info;
-  if (H5Oget_info_by_name2(fid, path.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return H5O_TYPE_UNKNOWN;
-  }
-  return info.type;
-}
-
-// Reads elements [0, min(n, extent)) of the dataset `path` relative to `loc` (a file or group
-// handle). Returns false, reading nothing, when there is no such dataset. Caller holds the lock.
-template <class T>
-bool read_ints_at(hid_t loc, const std::string& what, const std::string& path, uint64_t n,
-                  hid_t memtype, std::vector<T>& out) {
-  hid_t did = H5Dopen2(loc, path.c_str(), H5P_DEFAULT);
-  if (did < 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return false;
-  }
-  Handle d(did);
-  Handle space = h5::check(H5Dget_space(d.get()), "H5Dget_space");
-  int rank = H5Sget_simple_extent_ndims(space.get());
-  if (rank < 0) h5::fail_h5(EIO, what);
-  std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 1)), 1);
-  if (rank > 0) H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
-  uint64_t count = rank == 0 ? 1 : std::min<uint64_t>(n, dims[0]);
-  out.assign(count, T{});
-  if (count == 0) return true;
-  if (rank > 0) {
-    std::vector<hsize_t> start(static_cast<size_t>(rank), 0), cnt(static_cast<size_t>(rank), 1);
-    cnt[0] = count;
-    h5::check(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, cnt.data(),
-                                  nullptr),
-              "H5Sselect_hyperslab");
-  }
-  hsize_t mdim = count;
-  Handle mspace = h5::check(H5Screate_simple(1, &mdim, nullptr), "H5Screate_simple");
-  Handle ftype = h5::check(H5Dget_type(d.get()), "H5Dget_type");
-  Handle xfer = h5::transfer_for(ftype.get(), memtype, count);
-  h5::check(H5Dread(d.get(), memtype, mspace.get(), space.get(), xfer.get(), out.data()), what + ": read");
-  return true;
-}
-
-template <class T>
-bool try_read_ints(H5File& f, const std::string& path, uint64_t n, hid_t memtype,
-                   std::vector<T>& out) {
-  if (HelperPool* hp = f.engine().helpers()) {
-    const auto op = std::is_signed<T>::value ? proto::Op::MetaReadI64 : proto::Op::MetaReadU64;
-    auto r = helper::call<std::pair<bool, std::vector<T>>>(*hp, op, f.path(), path, path, n);
-    if (r.first) out = std::move(r.second);
-    return r.first;
-  }
-  h5::init_library();
-  h5::Lock lk = h5::lock();
-  return read_ints_at<T>(static_cast<hid_t>(f.handle()), f.path() + ":" + path, path, n, memtype,
-                         out);
-}
-
-template <class T>
-std::vector<T> read_ints(H5File& f, const std::string& path, uint64_t n, hid_t memtype) {
-  std::vector<T> out;
-  if (!try_read_ints<T>(f, path, n, memtype, out)) fail(ENOENT, f.path() + ":" + path + ": no such dataset");
-  return out;
-}
-
-// The helper's answer when this process has helpers (the daemon); nullopt-like false otherwise.
-template <class R, class... A>
-bool remote(H5File& f, proto::Op op, const std::string& path, R& out, const A&... args) {
-  HelperPool* hp = f.engine().helpers();
-  if (!hp) return false;
-  out = helper::call<R>(*hp, op, f.path(), path, path, args...);
-  return true;
-}
-
-struct VisitState {
-  std::vector<std::string> names;
-};
-
-herr_t visit_cb(hid_t, const char* name, const H5O_info_t* info, void* data) {
-  if (info->type == H5O_TYPE_DATASET) static_cast<VisitState*>(data)->names.emplace_back(name);
-  return 0;
-}
-
-herr_t member_cb(hid_t, const char* name, const H5L_info_t*, void* data) {
-  static_cast<std::vector<std::string>*>(data)->emplace_back(name);
-  return 0;
-}
+Metadata& of(H5File& f) { return f.engine().metadata(); }
 
 }  // namespace
 
-bool exists(H5File& f, const std::string& path) {
-  if (bool r; remote(f, proto::Op::MetaExists, path, r)) return r;
-  h5::init_library();
-  h5::Lock lk = h5::lock();
-  return exists_locked(static_cast<hid_t>(f.handle()), path);
-}
-
-bool is_dataset(H5File& f, const std::string& path) {
-  if (bool r; remote(f, proto::Op::MetaIsDataset, path, r)) return r;
-  h5::init_library();
-  h5::Lock lk = h5::lock();
-  return type_locked(static_cast<hid_t>(f.handle()), path) == H5O_TYPE_DATASET;
-}
-
-bool is_group(H5File& f, const std::string& path) {
-  if (bool r; remote(f, proto::Op::MetaIsGroup, path, r)) return r;
-  h5::init_library();
-  h5::Lock lk = h5::lock();
-  return type_locked(static_cast<hid_t>(f.handle()), path) == H5O_TYPE_GROUP;
-}
-
-std::string soft_link_target(H5File& f, const std::string& path) {
-  if (std::string r; remote(f, proto::Op::MetaSoftLink, path, r)) return r;
-  h5::init_library();
-  h5::Lock lk = h5::lock();
-  hid_t fid = static_cast<hid_t>(f.handle());
-  // H5Lget_info fails (quietly: error printing is off) when any component is missing.
-  H5L_info_t info;
-  if (H5Lget_info(fid, path.c_str(), &info, H5P_DEFAULT) < 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return "";
-  }
-  if (info.type != H5L_TYPE_SOFT) return "";
-  std::string buf(info.u.val_size + 1, '\0');
-  if (H5Lget_val(fid, path.c_str(), buf.data(), buf.size(), H5P_DEFAULT) < 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return "";
-  }
-  buf.resize(std::strlen(buf.c_str()));
-  return buf;
-}
-
-std::vector<uint64_t> read_u64(H5File& f, const std::string& path, uint64_t n) {
-  return read_ints<uint64_t>(f, path, n, H5T_NATIVE_UINT64);
-}
-
-std::vector<int64_t> read_i64(H5File& f, const std::string& path, uint64_t n) {
-  return read_ints<int64_t>(f, path, n, H5T_NATIVE_INT64);
-}
+bool exists(H5File& f, const std::string& path) { return of(f).exists(f, path); }
+bool is_dataset(H5File& f, const std::string& path) { return of(f).is_dataset(f, path); }
+bool is_group(H5File& f, const std::string& path) { return of(f).is_group(f, path); }
+std::string soft_link_target(H5File& f, const std::string& path) { return of(f).soft_link_target(f, path); }
 
 bool try_read_u64(H5File& f, const std::string& path, std::vector<uint64_t>& out, uint64_t n) {
-  return try_read_ints<uint64_t>(f, path, n, H5T_NATIVE_UINT64, out);
+  return of(f).try_read_u64(f, path, out, n);
 }
 
 bool try_read_i64(H5File& f, const std::string& path, std::vector<int64_t>& out, uint64_t n) {
-  return try_read_ints<int64_t>(f, path, n, H5T_NATIVE_INT64, out);
+  return of(f).try_read_i64(f, path, out, n);
 }
 
-std::vector<IndexArrays> read_index(H5File& f, const std::string& base,
-                                    const std::vector<std::string>& groups, uint64_t n) {
-  if (std::vector<std::pair<std::vector<uint64_t>, std::pair<std::vector<uint64_t>, std::string>>> r;
-      remote(f, proto::Op::MetaReadIndex, base, r, groups, n)) {
-    std::vector<IndexArrays> out(r.size());
-    for (size_t i = 0; i < r.size(); ++i) {
-      out[i].firsts = std::move(r[i].first);
-      out[i].counts = std::move(r[i].second.first);
-      out[i].error = std::move(r[i].second.second);
-    }
-    return out;
-  }
-  h5::init_library();
-  h5::Lock lk = h5::lock();
-  std::vector<IndexArrays> out(groups.size());
-  hid_t fid = static_cast<hid_t>(f.handle());
-  hid_t gid = H5Gopen2(fid, base.c_str(), H5P_DEFAULT);
-  if (gid < 0) {
-    H5Eclear2(H5E_DEFAULT);
-    for (auto& r : out) r.error = f.path() + ":" + base + ": no such group";
-    return out;
-  }
-  Handle g(gid);
-  for (size_t i = 0; i < groups.size(); ++i) {
-    IndexArrays& r = out[i];
-    const std::string rel = groups[i].empty() ? "" : groups[i] + "/";
-    const std::string what = f.path() + ":" + base + "/" + rel;
-    try {
-      if (!read_ints_at<uint64_t>(g.get(), what + "first", rel + "first", n, H5T_NATIVE_UINT64,
-                                  r.firsts)) {
-        r.error = what + "first: no such dataset";
-        continue;
-      }
-      if (read_ints_at<uint64_t>(g.get(), what + "count", rel + "count", n, H5T_NATIVE_UINT64,
-                                 r.counts))
-        continue;
-      // Format 0.1: count = (last - first + 1) * status
-      std::vector<int64_t> last, status;
-      if (!read_ints_at<int64_t>(g.get(), what + "last", rel + "last", n, H5T_NATIVE_INT64, last) ||
-          !read_ints_at<int64_t>(g.get(), what + "status", rel + "status", n, H5T_NATIVE_INT64,
-                                 status)) {
-        r.firsts.clear();
-        r.error = what + "count (or last and status): no such dataset";
-        continue;
-      }
-      size_t m = std::min({r.firsts.size(), last.size(), status.size()});
-      r.counts.resize(m);
-      for (size_t k = 0; k < m; ++k)
-        r.counts[k] = static_cast<uint64_t>((last[k] - int64_t(r.firsts[k]) + 1) * status[k]);
-    } catch (const std::exception& e) {
-      r.firsts.clear();
-      r.counts.clear();
-      r.error = e.what();
-    }
-  }
+std::vector<uint64_t> read_u64(H5File& f, const std::string& path, uint64_t n) {
+  std::vector<uint64_t> out;
+  if (!try_read_u64(f, path, out, n)) fail(ENOENT, f.path() + ":" + path + ": no such dataset");
   return out;
 }
 
-std::vector<std::string> read_strings(H5File& f, const std::string& path) {
-  if (std::vector<std::string> r; remote(f, proto::Op::MetaReadStrings, path, r)) return r;
-  h5::init_library();
-  h5::Lock lk = h5::lock();
-  hid_t fid = static_cast<hid_t>(f.handle());
-  hid_t did = H5Dopen2(fid, path.c_str(), H5P_DEFAULT);
-  if (did < 0) {
-    H5Eclear2(H5E_DEFAULT);
-    fail(ENOENT, f.path() + ":" + path + ": no such dataset");
-  }
-  Handle d(did);
-  Handle ftype = h5::check(H5Dget_type(d.get()), "H5Dget_type");
-  if (H5Tget_class(ftype.get()) != H5T_STRING)
-    fail(EINVAL, f.path() + ":" + path + ": not a string dataset");
-  Handle space = h5::check(H5Dget_space(d.get()), "H5Dget_space");
-  const hssize_t npoints = H5Sget_simple_extent_npoints(space.get());
-  std::vector<std::string> out;
-  if (npoints <= 0) return out;
-  const size_t n = static_cast<size_t>(npoints);
-  out.reserve(n);
-  if (H5Tis_variable_str(ftype.get()) > 0) {
-    Handle mtype = h5::check(H5Tcopy(H5T_C_S1), "H5Tcopy");
-    H5Tset_size(mtype.get(), H5T_VARIABLE);
-    H5Tset_cset(mtype.get(), H5Tget_cset(ftype.get()));
-    std::vector<char*> ptrs(n, nullptr);
-    Handle xfer = h5::transfer_for(ftype.get(), mtype.get(), n);
-    h5::check(H5Dread(d.get(), mtype.get(), H5S_ALL, H5S_ALL, xfer.get(), ptrs.data()),
-              f.path() + ":" + path + ": read");
-    for (char* p : ptrs) out.emplace_back(p ? p : "");
-    H5Dvlen_reclaim(mtype.get(), space.get(), H5P_DEFAULT, ptrs.data());
-  } else {
-    size_t sz = H5Tget_size(ftype.get());
-    Handle mtype = h5::check(H5Tcopy(H5T_C_S1), "H5Tcopy");
-    H5Tset_size(mtype.get(), sz);
-    H5Tset_strpad(mtype.get(), H5T_STR_NULLPAD);
-    std::vector<char> buf(sz * n);
-    Handle xfer = h5::transfer_for(ftype.get(), mtype.get(), n);
-    h5::check(H5Dread(d.get(), mtype.get(), H5S_ALL, H5S_ALL, xfer.get(), buf.data()),
-              f.path() + ":" + path + ": read");
-    for (size_t i = 0; i < n; ++i) {
-      const char* p = buf.data() + i * sz;
-      out.emplace_back(p, strnlen(p, sz));
-    }
-  }
+std::vector<int64_t> read_i64(H5File& f, const std::string& path, uint64_t n) {
+  std::vector<int64_t> out;
+  if (!try_read_i64(f, path, out, n)) fail(ENOENT, f.path() + ":" + path + ": no such dataset");
   return out;
 }
 
+std::vector<IndexArrays> read_index(H5File& f, const std::string& base, const std::vector<std::string>& groups,
+                                    uint64_t n) {
+  return of(f).read_index(f, base, groups, n);
+}
+
+SequenceMeta read_sequence_file(H5File& f, bool with_metadata, bool with_index) {
+  return of(f).read_sequence_file(f, with_metadata, with_index);
+}
+
+std::vector<std::string> read_strings(H5File& f, const std::string& path) { return of(f).read_strings(f, path); }
 std::vector<std::string> list_datasets(H5File& f, const std::string& group_path) {
-  if (std::vector<std::string> r; remote(f, proto::Op::MetaListDatasets, group_path, r)) return r;
-  h5::init_library();
-  h5::Lock lk = h5::lock();
-  hid_t fid = static_cast<hid_t>(f.handle());
-  VisitState st;
-  if (type_locked(fid, group_path) != H5O_TYPE_GROUP) return st.names;
-  if (H5Ovisit_by_name2(fid, group_path.c_str(), H5_INDEX_NAME, H5_ITER_INC, visit_cb, &st,
-                        H5O_INFO_BASIC, H5P_DEFAULT) < 0)
-    h5::fail_h5(EIO, f.path() + ":" + group_path + ": visit");
-  std::sort(st.names.begin(), st.names.end());
-  return st.names;
+  return of(f).list_datasets(f, group_path);
 }
-
 std::vector<std::string> list_members(H5File& f, const std::string& group_path) {
-  if (std::vector<std::string> r; remote(f, proto::Op::MetaListMembers, group_path, r)) return r;
-  h5::init_library();
-  h5::Lock lk = h5::lock();
-  hid_t fid = static_cast<hid_t>(f.handle());
-  std::vector<std::string> names;
-  if (type_locked(fid, group_path) != H5O_TYPE_GROUP) return names;
-  Handle g = h5::check(H5Gopen2(fid, group_path.c_str(), H5P_DEFAULT), group_path);
-  if (H5Literate(g.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, member_cb, &names) < 0)
-    h5::fail_h5(EIO, f.path() + ":" + group_path + ": iterate");
-  std::sort(names.begin(), names.end());
-  return names;
+  return of(f).list_members(f, group_path);
 }
 
 }  // namespace h5d::euxfel::meta

@@ -1,5 +1,5 @@
-// Small metadata reads for the EuXFEL run model, straight through libhdf5 under the HDF5 lock:
-// whole INDEX arrays with one H5Dread each (converted to 64-bit integers by the library), string
+// Small metadata reads for the EuXFEL run model, asked of the engine's Metadata
+// (core/h5lib/metadata.h; libhdf5 under the HDF5 lock in h5meta_local.cpp): whole INDEX arrays with one H5Dread each (converted to 64-bit integers by the library), string
 // lists from METADATA, the datasets under a group in one H5Ovisit, and link kinds. Never used
 // for bulk data: key arrays read through H5File::dataset_array (the direct path).
 #pragma once
@@ -66,6 +66,11 @@ struct SequenceMeta {
 // with_index: also the INDEX arrays of every (source, group) METADATA names (else `index` is
 // empty: Run reads a source's INDEX when the source is first used).
 SequenceMeta read_sequence_file(H5File& f, bool with_metadata, bool with_index = false);
+namespace detail {
+// read_sequence_file made of the other questions here, one call each: where libhdf5 runs (the
+// local Metadata), which the remote one asks for the whole in one request.
+SequenceMeta read_sequence_file_parts(H5File& f, bool with_metadata, bool with_index);
+}  // namespace detail
 
 // A 1-d string dataset (variable or fixed length) as strings; empty strings kept.
 std::vector<std::string> read_strings(H5File& f, const std::string& path);

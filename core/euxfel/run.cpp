@@ -17,7 +17,7 @@
 #include "core/euxfel/live.h"
 #include "core/euxfel/run_internal.h"
 #include "core/h5lib/h5file.h"
-#include "core/h5lib/h5helper.h"
+#include "core/h5lib/metadata.h"
 #include "core/log.h"
 
 namespace h5d::euxfel {
@@ -103,26 +103,10 @@ struct LoadedFile {
 }  // namespace
 
 void Run::for_each_file(const std::vector<std::string>& paths, const std::function<void(size_t)>& fn) const {
-  // Each file is one request to an HDF5 helper: with several helpers, one thread per helper
-  // takes the files that helper is preferred for (so each file stays open where the run's
-  // later requests for it go), and the helpers work at once. In process (no helpers) libhdf5
-  // runs under one lock anyway: one thread.
-  HelperPool* helpers = engine_.helpers();
-  const size_t workers = helpers ? std::min<size_t>(helpers->options().count, paths.size()) : 1;
-  auto work = [&](size_t w) {
-    for (size_t i = 0; i < paths.size(); ++i) {
-      if (workers > 1 && helpers->preferred(paths[i]) % workers != w) continue;
-      fn(i);
-    }
-  };
-  if (workers <= 1) {
-    work(0);
-    return;
-  }
-  std::vector<std::thread> threads;
-  for (size_t w = 1; w < workers; ++w) threads.emplace_back(work, w);
-  work(0);
-  for (std::thread& t : threads) t.join();
+  // Each file is one request to an HDF5 helper: the metadata spreads them over its helpers (so
+  // each file stays open where the run's later requests for it go, and the helpers work at
+  // once); in process, libhdf5 runs under one lock anyway: in turn.
+  engine_.metadata().for_each_file(paths, fn);
 }
 
 void Run::load_files(const std::vector<std::string>& paths) {

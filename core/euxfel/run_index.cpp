@@ -12,7 +12,6 @@
 #include "core/euxfel/h5meta.h"
 #include "core/euxfel/run_internal.h"
 #include "core/h5lib/h5file.h"
-#include "core/h5lib/h5helper.h"
 #include "core/log.h"
 
 namespace h5d::euxfel {
@@ -265,17 +264,17 @@ ArrayPtr Run::key_array(const std::string& source, const std::string& key) {
     parts.push_back({[&engine, path, dset] { return engine.open_file(path)->dataset_array(dset); },
                      b.first, b.rows, path, path, dset});
   }
-  // Each part's open needs its dataset's metadata in its file, from an HDF5 helper: a read over
-  // many files fetches them in one request per helper (all helpers at once), then opens the
-  // parts (the chunk index, read in this process) on as many threads as there are helpers.
-  const size_t at_once = engine_.helpers() ? engine_.helpers()->options().count : 1;
+  // Each part's open needs its dataset's metadata in its file (from an HDF5 helper in the
+  // daemon): a read over many files fetches them in one batch (H5File::prefetch_infos: one
+  // request per helper, all at once), then opens the parts (the chunk index, read in this
+  // process) on the engine's pool.
   auto open_many = [&engine](const std::vector<const ConcatArray::Part*>& many) {
     std::vector<std::pair<std::string, std::string>> items;
     for (const ConcatArray::Part* p : many) items.emplace_back(p->file, p->dataset);
     H5File::prefetch_infos(engine, items);
   };
   auto a = std::make_shared<ConcatArray>(std::move(parts), k.entry_shape, k.dtype,
-                                         dir_ + ": " + source + " " + key, at_once, open_many);
+                                         dir_ + ": " + source + " " + key, open_many, &engine_.pool());
   s.arrays_[key] = a;
   return a;
 }

@@ -8,7 +8,6 @@
 #include "core/euxfel/h5meta.h"
 #include "core/euxfel/run_internal.h"
 #include "core/h5lib/h5file.h"
-#include "core/h5lib/h5helper.h"
 #include "core/log.h"
 
 namespace h5d::euxfel {
@@ -40,16 +39,9 @@ std::vector<uint8_t> guess_valid_trains(const std::vector<uint64_t>& t) {
 using detail::first_element;
 
 // What Run::load_files takes from one sequence file. In the daemon the whole of it is one HDF5
-// helper request (it runs there, in process): listing a run costs one round trip per file.
-meta::SequenceMeta meta::read_sequence_file(H5File& f, bool with_metadata, bool with_index) {
-  if (HelperPool* hp = f.engine().helpers()) {
-    auto m = helper::call<SequenceMeta>(*hp, proto::Op::MetaSequenceFile, f.path(), "/", with_metadata,
-                                        with_index);
-    if (m.valid.size() != m.train_ids.size())
-      fail(EIO, f.path() + ": sequence file metadata from the HDF5 helper: " + std::to_string(m.valid.size()) +
-                    " validity flags for " + std::to_string(m.train_ids.size()) + " trains");
-    return m;
-  }
+// helper request (this runs there, in process: LocalMetadata): listing a run costs one round
+// trip per file.
+meta::SequenceMeta meta::detail::read_sequence_file_parts(H5File& f, bool with_metadata, bool with_index) {
   SequenceMeta m;
   // One libhdf5 call per item: each read is its own existence check.
   const std::string name = f.path().substr(f.path().find_last_of('/') + 1);

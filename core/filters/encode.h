@@ -37,10 +37,3 @@ EncodedBytes encode_pipeline(const std::vector<FilterInfo>& pipeline, size_t ele
                              const uint8_t* p, size_t n);
 
 }  // namespace h5d::filters
-
-namespace h5d {
-// Transitional: core/writer.cpp, being rewritten on another branch, names these unqualified.
-// Remove at that merge (it then says filters::).
-using filters::filter_name;
-using filters::write_pipeline;
-}  // namespace h5d

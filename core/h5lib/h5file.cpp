@@ -1,459 +1,42 @@
 #include "core/h5lib/h5file.h"
 
 #include <sys/stat.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cstdlib>
-#include <cstring>
-#include <list>
-#include <set>
-#include <system_error>
-#include <thread>
 
 #include "core/array/dataset.h"
 #include "core/engine/engine.h"
 #include "core/error.h"
-#include "core/engine/fd_cache.h"
-#include "core/fmt/chunk_index.h"
-#include "core/h5lib/h5helper.h"
-#include "core/h5lib/h5lib.h"
-#include "core/h5lib/h5types.h"
+#include "core/h5lib/metadata.h"
 #include "core/log.h"
 
 namespace h5d {
-namespace {
-
-// Files whose libhdf5 handle is open, most recent first; bounded so that a tree of thousands of
-// files never holds more than a few hundred descriptors. Guarded by the HDF5 lock.
-std::list<H5File*>& open_handles() {
-  static std::list<H5File*> l;
-  return l;
-}
-
-bool exists(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0;
-}
-
-std::string dirname_of(const std::string& p) {
-  auto pos = p.rfind('/');
-  if (pos == std::string::npos) return ".";
-  if (pos == 0) return "/";
-  return p.substr(0, pos);
-}
-
-std::string basename_of(const std::string& p) {
-  auto pos = p.rfind('/');
-  return pos == std::string::npos ? p : p.substr(pos + 1);
-}
-
-std::string join_path(const std::string& dir, const std::string& name) {
-  if (!name.empty() && name[0] == '/') return name;
-  if (dir.empty() || dir == ".") return name;
-  return dir.back() == '/' ? dir + name : dir + "/" + name;
-}
-
-std::string join_h5(const std::string& group, const std::string& name) {
-  return group == "/" ? "/" + name : group + "/" + name;
-}
-
-// User block and address sizes of the file (what fmt needs to read its structures).
-fmt::FileGeometry read_geometry(hid_t fid) {
-  fmt::FileGeometry geo;
-  h5::Handle fcpl(H5Fget_create_plist(fid));
-  if (fcpl) {
-    hsize_t ub = 0;
-    H5Pget_userblock(fcpl.get(), &ub);
-    geo.base = ub;
-    size_t so = 8, sl = 8;
-    H5Pget_sizes(fcpl.get(), &so, &sl);
-    geo.sizeof_offsets = static_cast<uint8_t>(so);
-    geo.sizeof_lengths = static_cast<uint8_t>(sl);
-  }
-  return geo;
-}
-
-// The object at `object_path` (a group or dataset); Error(ENOENT) when there is none.
-h5::Handle open_object(hid_t fid, const std::string& file, const std::string& object_path) {
-  h5::Handle obj(H5Oopen(fid, object_path.c_str(), H5P_DEFAULT));
-  if (!obj) {
-    H5Eclear2(H5E_DEFAULT);
-    fail(ENOENT, file + ":" + object_path + ": no such object");
-  }
-  return obj;
-}
-
-Hyperslab read_selection(hid_t space) {
-  Hyperslab h;
-  const int rank = H5Sget_simple_extent_ndims(space);
-  H5S_sel_type t = H5Sget_select_type(space);
-  if (t == H5S_SEL_ALL) {
-    h.is_all = true;
-    std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 0)));
-    H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-    h.start.assign(dims.size(), 0);
-    h.stride.assign(dims.size(), 1);
-    h.count.assign(dims.size(), 1);
-    h.block.assign(dims.begin(), dims.end());
-    return h;
-  }
-  if (t != H5S_SEL_HYPERSLABS || H5Sis_regular_hyperslab(space) <= 0)
-    fail(ENOTSUP, "selection is not a regular hyperslab");
-  const size_t n = static_cast<size_t>(std::max(rank, 0));
-  std::vector<hsize_t> start(n), stride(n), count(n), block(n);
-  h5::check(H5Sget_regular_hyperslab(space, start.data(), stride.data(), count.data(), block.data()),
-            "H5Sget_regular_hyperslab");
-  h.start.assign(start.begin(), start.end());
-  h.stride.assign(stride.begin(), stride.end());
-  h.count.assign(count.begin(), count.end());
-  h.block.assign(block.begin(), block.end());
-  return h;
-}
-
-}  // namespace
-
-// HDF5's rules for a VDS source file name: "." is the VDS's own file; a relative name is tried
-// against each HDF5_VDS_PREFIX entry (${ORIGIN} = the VDS file's directory), then the VDS file's
-// directory; an absolute name that does not exist is retried by its base name there.
-static std::string resolve_vds_source(const std::string& vds_file, const std::string& name) {
-  if (name == ".") return vds_file;
-  const std::string origin = dirname_of(vds_file);
-  std::vector<std::string> candidates;
-  if (!name.empty() && name[0] == '/') {
-    candidates.push_back(name);
-    candidates.push_back(join_path(origin, basename_of(name)));
-  } else {
-    if (const char* pre = std::getenv("HDF5_VDS_PREFIX")) {
-      std::string all(pre);
-      size_t pos = 0;
-      while (pos <= all.size()) {
-        size_t end = all.find(':', pos);
-        if (end == std::string::npos) end = all.size();
-        std::string dir = all.substr(pos, end - pos);
-        const std::string token = "${ORIGIN}";
-        auto o = dir.find(token);
-        if (o != std::string::npos) dir.replace(o, token.size(), origin);
-        if (!dir.empty()) candidates.push_back(join_path(dir, name));
-        pos = end + 1;
-      }
-    }
-    candidates.push_back(join_path(origin, name));
-  }
-  for (const auto& c : candidates)
-    if (exists(c)) return c;
-  return "";
-}
 
 H5File::H5File(Engine& engine, std::string path) : engine_(engine), path_(std::move(path)) {
   struct stat st;
   if (::stat(path_.c_str(), &st) == 0) identity_ = identity_of(st);
 }
 
-H5File::~H5File() {
-  h5::Lock lk = h5::lock();
-  if (fid_ >= 0) {
-    H5Fclose(static_cast<hid_t>(fid_));
-    open_handles().remove(this);
-  }
-}
-
-int64_t H5File::handle() {
-  // Caller holds the HDF5 lock. Never in a process that has helpers: libhdf5 runs there.
-  if (engine_.helpers()) fail(EIO, path_ + ": libhdf5 handle asked for in the daemon (a call that bypasses the helper)");
-  auto& lru = open_handles();
-  if (fid_ >= 0) {
-    auto it = std::find(lru.begin(), lru.end(), this);
-    if (it != lru.begin() && it != lru.end()) lru.splice(lru.begin(), lru, it);
-    return fid_;
-  }
-  const size_t limit = std::max<size_t>(4, engine_.options().max_open_files / 2);
-  while (lru.size() >= limit) {
-    H5File* victim = lru.back();
-    lru.pop_back();
-    H5Fclose(static_cast<hid_t>(victim->fid_));
-    victim->fid_ = -1;
-  }
-  // Metadata read from a handle opened on a newer file must never mix with what we hold.
-  if (identity_.ino != 0) FdCache::verify(path_, identity_);
-  hid_t fid = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);  // unlocked: see init_library
-  if (fid < 0) {
-    int code = exists(path_) ? (::access(path_.c_str(), R_OK) == 0 ? EIO : EACCES) : ENOENT;
-    const std::string why = h5::error_stack();
-    std::string why_truncated;
-    if (code == EIO) fid = open_truncated(why_truncated);
-    if (fid < 0) fail(code, path_ + ": cannot open as HDF5: " + why + why_truncated);
-  }
-  fid_ = fid;
-  lru.push_front(this);
-  return fid_;
-}
-
-int64_t H5File::open_truncated(std::string& why) {
-  // Only where the caller checks every answer for reads past the cut (the helper: serve).
-  if (!h5::truncated_files_allowed()) return -1;
-  uint64_t size = 0, eoa = 0;
-  std::string reason;
-  const hid_t fid = h5::open_truncated(path_, &size, &eoa, &reason);
-  if (fid < 0) {
-    why = "; opened as a truncated file: " + reason;
-    return -1;
-  }
-  if (size >= eoa) {  // not truncated: refused for another reason, reported as it was
-    H5Fclose(fid);
-    return -1;
-  }
-  if (!truncation_logged_) {
-    truncation_logged_ = true;
-    log::warn(path_ + ": truncated: " + std::to_string(size) + " of the " + std::to_string(eoa) +
-              " bytes its superblock gives; serving what lies before the cut (objects and chunks past it: EIO)");
-  }
-  return fid;
-}
+H5File::~H5File() = default;  // local_ closes the libhdf5 handle, if any (h5local.cpp)
 
 std::vector<LinkEntry> H5File::list_group(const std::string& group_path) {
-  if (HelperPool* hp = engine_.helpers())
-    return helper::call<std::vector<LinkEntry>>(*hp, proto::Op::ListGroup, path_, group_path, group_path);
-  h5::Lock lk = h5::lock();
-  hid_t fid = handle();
-  h5::Handle g(H5Gopen2(fid, group_path.c_str(), H5P_DEFAULT));
-  if (!g) {
-    // The root group always exists: a file whose root cannot be opened is damaged (EIO, logged
-    // with libhdf5's reason), not empty.
-    if (group_path == "/") h5::fail_h5(EIO, path_ + ": cannot open the root group");
-    H5Eclear2(H5E_DEFAULT);
-    fail(ENOENT, path_ + ":" + group_path + ": not a group");
-  }
-  struct Ctx {
-    std::vector<std::pair<std::string, H5L_type_t>> links;
-  } ctx;
-  auto cb = [](hid_t, const char* name, const H5L_info_t* info, void* data) -> herr_t {
-    static_cast<Ctx*>(data)->links.emplace_back(name, info->type);
-    return 0;
-  };
-  hsize_t idx = 0;
-  if (H5Literate(g.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, cb, &ctx) < 0)
-    h5::fail_h5(EIO, path_ + ":" + group_path + ": cannot list group");
-  // The groups on the way here, by (file, object address): a hard, soft or external link back
-  // to one of them would make an endless tree.
-  struct Ancestor {
-    unsigned long fileno;
-    haddr_t addr;
-    std::string path;
-  };
-  std::vector<Ancestor> ancestors;  // the root first
-  for (size_t pos = 1; pos <= group_path.size(); ++pos) {
-    if (pos != 1 && pos != group_path.size() && group_path[pos] != '/') continue;
-    const std::string prefix = pos == 1 ? "/" : group_path.substr(0, pos);
-    H5O_info_t oi;
-    if (H5Oget_info_by_name2(fid, prefix.c_str(), &oi, H5O_INFO_BASIC, H5P_DEFAULT) >= 0)
-      ancestors.push_back({oi.fileno, oi.addr, prefix});
-  }
-  H5Eclear2(H5E_DEFAULT);
-  std::vector<LinkEntry> out;
-  for (const auto& [name, ltype] : ctx.links) {
-    LinkEntry e;
-    e.name = name;
-    H5O_info_t oinfo;
-    const size_t refused = h5::pending_reads_past_end();
-    if (H5Oget_info_by_name2(g.get(), name.c_str(), &oinfo, H5O_INFO_BASIC, H5P_DEFAULT) < 0) {
-      H5Eclear2(H5E_DEFAULT);  // dangling soft or external link: not shown
-      if (h5::pending_reads_past_end() > refused) {
-        // Its object header lies past the cut of a truncated file (h5truncated.cpp): libhdf5
-        // could not load it and kept nothing of it; the group's other members are intact.
-        h5::forget_reads_past_end(refused);
-        log::warn(path_ + ":" + join_h5(group_path, name) +
-                  ": left out, its object header lies past the end of the truncated file");
-      }
-      continue;
-    }
-    if (oinfo.type == H5O_TYPE_GROUP) {  // the nearest one, should a path pass a group twice
-      auto up = std::find_if(ancestors.rbegin(), ancestors.rend(), [&](const Ancestor& a) {
-        return a.fileno == oinfo.fileno && a.addr == oinfo.addr;
-      });
-      if (up != ancestors.rend()) e.ancestor = up->path;
-    }
-    e.kind = oinfo.type == H5O_TYPE_GROUP ? ObjectKind::Group
-             : oinfo.type == H5O_TYPE_DATASET ? ObjectKind::Dataset : ObjectKind::Other;
-    if (ltype == H5L_TYPE_SOFT || ltype == H5L_TYPE_EXTERNAL) {
-      H5L_info_t li;
-      if (H5Lget_info(g.get(), name.c_str(), &li, H5P_DEFAULT) >= 0) {
-        std::vector<char> buf(li.u.val_size + 1, 0);
-        if (H5Lget_val(g.get(), name.c_str(), buf.data(), buf.size(), H5P_DEFAULT) >= 0) {
-          if (ltype == H5L_TYPE_SOFT) {
-            std::string t(buf.data());
-            e.soft_target = (!t.empty() && t[0] == '/') ? t : join_h5(group_path, t);
-          } else {
-            const char* file = nullptr;
-            const char* obj = nullptr;
-            if (H5Lunpack_elink_val(buf.data(), buf.size(), nullptr, &file, &obj) >= 0)
-              e.soft_target = std::string(file ? file : "") + ":" + (obj ? obj : "");
-            // The file libhdf5 found for it (H5Oget_info above opened it).
-            hid_t o = H5Oopen(g.get(), name.c_str(), H5P_DEFAULT);
-            if (o >= 0) {
-              const ssize_t n = H5Fget_name(o, nullptr, 0);
-              if (n > 0) {
-                std::vector<char> fn(static_cast<size_t>(n) + 1, 0);
-                if (H5Fget_name(o, fn.data(), fn.size()) > 0) e.file = fn.data();
-              }
-              H5Oclose(o);
-            }
-            // A relative name libhdf5 found beside this file rather than in the working directory.
-            if (!e.file.empty() && e.file[0] != '/' && !exists(e.file)) {
-              const std::string beside = join_path(dirname_of(path_), e.file);
-              if (exists(beside)) e.file = beside;
-            }
-          }
-        }
-      }
-      H5Eclear2(H5E_DEFAULT);
-    }
-    out.push_back(std::move(e));
-  }
-  return out;
+  return engine_.metadata().list_group(*this, group_path);
 }
 
-ObjectKind H5File::kind_of(const std::string& path) {
-  if (HelperPool* hp = engine_.helpers())
-    return helper::call<ObjectKind>(*hp, proto::Op::KindOf, path_, path, path);
-  h5::Lock lk = h5::lock();
-  hid_t fid = handle();
-  if (path == "/") return ObjectKind::Group;
-  // Check every component exists before asking for the object (H5Oget_info_by_name on a
-  // missing intermediate group only fails, but be explicit).
-  H5O_info_t oinfo;
-  htri_t ok = H5Lexists(fid, path.c_str(), H5P_DEFAULT);
-  if (ok <= 0 || H5Oget_info_by_name2(fid, path.c_str(), &oinfo, H5O_INFO_BASIC, H5P_DEFAULT) < 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return ObjectKind::Other;
-  }
-  return oinfo.type == H5O_TYPE_GROUP ? ObjectKind::Group
-         : oinfo.type == H5O_TYPE_DATASET ? ObjectKind::Dataset : ObjectKind::Other;
-}
-
-namespace {
-std::function<void(const std::string&)>& attribute_hook() {
-  static std::function<void(const std::string&)> hook;
-  return hook;
-}
-
-// One attribute of the open object `obj` of `file`, by name; caller holds the HDF5 lock.
-Value read_attribute(hid_t obj, const std::string& file, const std::string& name) {
-  if (attribute_hook()) attribute_hook()(file + "@" + name);
-  h5::Handle a(H5Aopen_by_name(obj, ".", name.c_str(), H5P_DEFAULT, H5P_DEFAULT));
-  Value v = a ? h5::read_value(a.get(), true, 10000) : Value::string("unreadable: " + h5::error_stack());
-  H5Eclear2(H5E_DEFAULT);
-  return v;
-}
-}  // namespace
-
-void H5File::set_attribute_hook(std::function<void(const std::string&)> hook) { attribute_hook() = std::move(hook); }
+ObjectKind H5File::kind_of(const std::string& path) { return engine_.metadata().kind_of(*this, path); }
 
 std::vector<std::pair<std::string, Value>> H5File::attributes(const std::string& object_path) {
-  if (HelperPool* hp = engine_.helpers()) {
-    // One request, the common path. An attribute that breaks the helper (tattr2.h5: libhdf5
-    // 1.10.8 crashes on its attribute table) costs only itself: the names are read without
-    // decoding any attribute, and each is asked for on its own.
-    try {
-      return helper::call_tentative<std::vector<std::pair<std::string, Value>>>(*hp, proto::Op::Attributes, path_,
-                                                                                object_path, object_path);
-    } catch (const HelperFailure& e) {
-      log::debug(path_ + ":" + object_path + ": " + e.what() + "; its attributes are read one by one");
-    }
-    const auto names = helper::call<std::vector<std::string>>(*hp, proto::Op::AttributeNames, path_, object_path,
-                                                              object_path);
-    std::vector<std::pair<std::string, Value>> out;
-    std::vector<std::string> broke;
-    for (const std::string& name : names) {
-      Value v;
-      try {
-        v = helper::call_tentative<Value>(*hp, proto::Op::Attribute, path_, object_path, object_path, name);
-      } catch (const HelperFailure& e) {
-        v = Value::string("unreadable: the HDF5 helper " + e.how + " reading it");
-        broke.push_back(name);
-      } catch (const Error& e) {
-        v = Value::string(std::string("unreadable: ") + e.what());
-      }
-      out.emplace_back(name, std::move(v));
-    }
-    if (!broke.empty()) {
-      std::string list;
-      for (const std::string& n : broke) list += (list.empty() ? "" : ", ") + n;
-      log::warn(path_ + ":" + object_path + ": attributes that break the HDF5 helper, shown as unreadable: " + list);
-    }
-    return out;
-  }
-  const std::vector<std::string> names = attribute_names(object_path);
-  std::vector<std::pair<std::string, Value>> out;
-  if (names.empty()) return out;
-  h5::Lock lk = h5::lock();
-  h5::Handle obj = open_object(handle(), path_, object_path);
-  for (const std::string& name : names) out.emplace_back(name, read_attribute(obj.get(), path_, name));
-  return out;
+  return engine_.metadata().attributes(*this, object_path);
 }
 
 std::vector<std::string> H5File::attribute_names(const std::string& object_path) {
-  if (HelperPool* hp = engine_.helpers())
-    return helper::call<std::vector<std::string>>(*hp, proto::Op::AttributeNames, path_, object_path, object_path);
-  H5O_info_t oinfo;
-  fmt::FileGeometry geo;
-  {
-    h5::Lock lk = h5::lock();
-    hid_t fid = handle();
-    h5::Handle obj = open_object(fid, path_, object_path);
-    if (H5Oget_info2(obj.get(), &oinfo, H5O_INFO_BASIC | H5O_INFO_NUM_ATTRS) < 0) {
-      H5Eclear2(H5E_DEFAULT);
-      return {};
-    }
-    geo = read_geometry(fid);
-  }
-  if (oinfo.num_attrs == 0) return {};
-  // From the object header, without libhdf5: it decodes every attribute's type to list any one
-  // of them, and one it cannot decode fails (or crashes) the whole list.
-  std::string why;
-  try {
-    auto fd = engine_.fds().get(path_, identity_.ino ? &identity_ : nullptr);
-    fmt::AttributeNames an = fmt::read_attribute_names(*fd, geo, oinfo.addr);
-    if (an.complete && an.names.size() == oinfo.num_attrs) return an.names;
-  } catch (const std::exception& e) {
-    why = e.what();
-  }
-  // Dense or shared attribute storage (or a header we could not read): libhdf5's own list.
-  h5::Lock lk = h5::lock();
-  h5::Handle obj(H5Oopen(handle(), object_path.c_str(), H5P_DEFAULT));
-  std::vector<std::string> names;
-  auto cb = [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
-    static_cast<std::vector<std::string>*>(data)->emplace_back(name);
-    return 0;
-  };
-  hsize_t idx = 0;
-  if (!obj || H5Aiterate2(obj.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, cb, &names) < 0) {
-    const std::string stack = h5::error_stack();
-    log::warn(path_ + ":" + object_path + ": cannot list its attributes: " + stack + (why.empty() ? "" : "; " + why));
-  }
-  H5Eclear2(H5E_DEFAULT);
-  return names;
+  return engine_.metadata().attribute_names(*this, object_path);
 }
 
 Value H5File::attribute(const std::string& object_path, const std::string& name) {
-  if (HelperPool* hp = engine_.helpers())
-    return helper::call<Value>(*hp, proto::Op::Attribute, path_, object_path, object_path, name);
-  h5::Lock lk = h5::lock();
-  h5::Handle obj = open_object(handle(), path_, object_path);
-  return read_attribute(obj.get(), path_, name);
+  return engine_.metadata().attribute(*this, object_path, name);
 }
 
 Value H5File::read_value(const std::string& dset_path, uint64_t max_elements) {
-  if (HelperPool* hp = engine_.helpers())
-    return helper::call<Value>(*hp, proto::Op::ReadValue, path_, dset_path, dset_path, max_elements);
-  h5::Lock lk = h5::lock();
-  hid_t fid = handle();
-  h5::Handle d(H5Dopen2(fid, dset_path.c_str(), H5P_DEFAULT));
-  if (!d) {
-    H5Eclear2(H5E_DEFAULT);
-    fail(ENOENT, path_ + ":" + dset_path + ": no such dataset");
-  }
-  return h5::read_value(d.get(), false, max_elements);
+  return engine_.metadata().read_value(*this, dset_path, max_elements);
 }
 
 std::shared_ptr<const DatasetInfo> H5File::dataset_info(const std::string& dset_path) {
@@ -463,21 +46,13 @@ std::shared_ptr<const DatasetInfo> H5File::dataset_info(const std::string& dset_
     if (it != infos_.end()) return it->second;
   }
   StorageInfo st;
-  std::shared_ptr<const DatasetInfo> info;
-  if (HelperPool* hp = engine_.helpers()) {
-    info = remote_info(*hp, proto::Op::DatasetInfo, dset_path, st);
-  } else {
-    info = load_info(dset_path, st);
-  }
+  std::shared_ptr<const DatasetInfo> info = engine_.metadata().dataset_info(*this, dset_path, st);
   return remember(dset_path, info, st);
 }
 
-std::shared_ptr<const DatasetInfo> H5File::remote_info(HelperPool& hp, proto::Op op, const std::string& dset_path,
-                                                       StorageInfo& st) {
-  auto got = helper::call<std::pair<DatasetInfo, StorageInfo>>(hp, op, path_, dset_path, dset_path);
-  proto::validate(got.first, got.second);
-  st = got.second;
-  return std::make_shared<const DatasetInfo>(std::move(got.first));
+bool H5File::info_cached(const std::string& dset_path) {
+  std::lock_guard<std::mutex> lk(mu_);
+  return infos_.count(dset_path) != 0;
 }
 
 bool H5File::answers_for(const DatasetInfo& info, const std::string& dset_path) const {
@@ -499,332 +74,14 @@ std::shared_ptr<const DatasetInfo> H5File::remember(const std::string& dset_path
   return it->second;
 }
 
-namespace {
-
-// The steps of H5File::load_info, each one group of libhdf5 calls; callers hold the HDF5 lock.
-
-// A dataset reached through an external link lives in another file: its (file, path) there, or
-// ("", "") when `dset_path` is no external link or its file is not found.
-std::pair<std::string, std::string> external_link_target(hid_t fid, const std::string& file,
-                                                         const std::string& dset_path) {
-  std::pair<std::string, std::string> out;
-  H5L_info_t li;
-  if (H5Lget_info(fid, dset_path.c_str(), &li, H5P_DEFAULT) >= 0 && li.type == H5L_TYPE_EXTERNAL) {
-    std::vector<char> buf(li.u.val_size + 1, 0);
-    const char* f = nullptr;
-    const char* obj = nullptr;
-    if (H5Lget_val(fid, dset_path.c_str(), buf.data(), buf.size(), H5P_DEFAULT) >= 0 &&
-        H5Lunpack_elink_val(buf.data(), buf.size(), nullptr, &f, &obj) >= 0 && f && obj) {
-      std::string target = resolve_vds_source(file, f);
-      if (!target.empty()) out = {target, obj};
-    }
-  }
-  H5Eclear2(H5E_DEFAULT);
-  return out;
-}
-
-// Shape, maxshape and element type; array element types folded into the shape (`folded`).
-// `file_size` (0: unknown) bounds the element size of a dataset with storage: one stored element
-// larger than the whole file cannot be, so its type size is damaged; it is shown as a non-array
-// rather than allocating buffers (the fill value's) of that size. A dataset without storage
-// (all fill: h5repack_objs.h5 /arrayd, one element of 128 MiB in a 19 KiB file) is what it says.
-// Returns false for such a type (nothing more about the dataset may be asked of libhdf5).
-bool read_type_and_shape(hid_t d, hid_t ftype, hid_t space, uint64_t file_size, DatasetInfo& info, StorageInfo& st,
-                         Shape& folded) {
-  const int rank = H5Sget_simple_extent_ndims(space);
-  std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 0))), maxdims(dims.size());
-  H5Sget_simple_extent_dims(space, dims.data(), maxdims.data());
-  const bool null_space = H5Sget_simple_extent_type(space) == H5S_NULL;
-  info.shape.assign(dims.begin(), dims.end());
-  for (auto m : maxdims) info.maxshape.push_back(m == H5S_UNLIMITED ? ~uint64_t(0) : m);
-  st.ds_rank = info.shape.size();
-  const size_t type_size = H5Tget_size(ftype);
-  H5D_space_status_t allocated = H5D_SPACE_STATUS_ERROR;
-  // Asked only in this rare case: for a chunked dataset libhdf5 walks the chunk index.
-  if (file_size && type_size > file_size && (H5Dget_space_status(d, &allocated) < 0 ||
-                                             allocated != H5D_SPACE_STATUS_NOT_ALLOCATED)) {
-    H5Eclear2(H5E_DEFAULT);
-    info.is_array = false;
-    info.why_not_array = "element of " + std::to_string(type_size) + " bytes, larger than the file (" +
-                         std::to_string(file_size) + " bytes): a damaged datatype";
-    info.hdf5_type = "datatype of " + std::to_string(type_size) + " bytes";
-    return false;
-  }
-  info.is_array = h5::dtype_from_h5(ftype, info.dtype, folded, info.why_not_array, info.hdf5_type);
-  if (null_space && info.is_array) {
-    info.is_array = false;
-    info.why_not_array = "null dataspace (no elements)";
-  }
-  std::string conversion;
-  if (info.is_array && h5::needs_conversion(ftype, conversion)) {
-    info.convert_type = true;
-    st.library_only = true;
-    st.library_reason = conversion + " (converted by libhdf5)";
-  }
-  if (info.is_array && !folded.empty()) {  // itemsize is that of the base element now
-    info.shape.insert(info.shape.end(), folded.begin(), folded.end());
-    info.maxshape.insert(info.maxshape.end(), folded.begin(), folded.end());
-  }
-  return true;
-}
-
-void read_layout_and_filters(hid_t dcpl, size_t ds_rank, DatasetInfo& info) {
-  switch (H5Pget_layout(dcpl)) {
-    case H5D_COMPACT: info.layout = "compact"; break;
-    case H5D_CONTIGUOUS: info.layout = "contiguous"; break;
-    case H5D_CHUNKED: info.layout = "chunked"; break;
-    case H5D_VIRTUAL: info.layout = "virtual"; break;
-    default: info.layout = "unknown"; break;
-  }
-  if (info.layout == "chunked") {
-    std::vector<hsize_t> cd(ds_rank);
-    H5Pget_chunk(dcpl, static_cast<int>(cd.size()), cd.data());
-    info.chunks.assign(cd.begin(), cd.end());
-  }
-  const int nf = H5Pget_nfilters(dcpl);
-  for (int i = 0; i < nf; ++i) {
-    FilterInfo f;
-    unsigned flags = 0;
-    size_t nelmts = 32;
-    std::vector<unsigned> cd(nelmts);
-    char name[256] = {0};
-    unsigned config = 0;
-    H5Z_filter_t id = H5Pget_filter2(dcpl, static_cast<unsigned>(i), &flags, &nelmts, cd.data(), sizeof name, name, &config);
-    if (nelmts > cd.size()) {
-      cd.resize(nelmts);
-      id = H5Pget_filter2(dcpl, static_cast<unsigned>(i), &flags, &nelmts, cd.data(), sizeof name, name, &config);
-    }
-    cd.resize(std::min(nelmts, cd.size()));
-    f.id = static_cast<int>(id);
-    f.flags = flags;
-    f.name = name;
-    f.cd_values = cd;
-    info.filters.push_back(f);
-  }
-  H5Eclear2(H5E_DEFAULT);
-}
-
-// One element's bytes in the file type (no conversion); zeros when undefined.
-void read_fill_value(hid_t dcpl, hid_t ftype, DatasetInfo& info) {
-  // Types served converted (DatasetInfo::convert_type): the fill value converted alike.
-  h5::Handle mtype;
-  if (info.convert_type) {
-    try {
-      mtype = h5::standard_type(ftype);
-    } catch (const Error&) {
-    }
-  }
-  const hid_t ftype_served = mtype ? mtype.get() : ftype;
-  // Non-arrays have no fill value to serve (and a damaged type size must not size a buffer).
-  if (!info.is_array) return;
-  size_t h5_elem = H5Tget_size(ftype_served);
-  info.fill_value.assign(h5_elem, 0);
-  H5D_fill_value_t fv;
-  if (info.is_array && H5Pfill_value_defined(dcpl, &fv) >= 0 && fv == H5D_FILL_VALUE_USER_DEFINED) {
-    if (H5Pget_fill_value(dcpl, ftype_served, info.fill_value.data()) >= 0) info.fill_value_defined = true;
-  }
-  H5Eclear2(H5E_DEFAULT);
-  if (info.is_array && h5_elem != info.dtype.itemsize && info.dtype.itemsize &&
-      h5_elem % info.dtype.itemsize == 0) {
-    // Array element type folded into the shape: the fill value is that of one base element.
-    info.fill_value.resize(info.dtype.itemsize);
-  }
-}
-
-// Where the bytes are: object header, user block and address sizes, contiguous address.
-void read_storage(hid_t fid, hid_t d, hid_t dcpl, const std::string& file, const DatasetInfo& info,
-                  StorageInfo& st) {
-  H5O_info_t oinfo;
-  if (H5Oget_info2(d, &oinfo, H5O_INFO_BASIC) >= 0) st.ohdr_addr = oinfo.addr;
-  st.geo = read_geometry(fid);
-  haddr_t off = H5Dget_offset(d);
-  // Only where it is needed: for a chunked dataset libhdf5 walks the whole chunk index to
-  // answer, and a damaged index (a B-tree looping on itself) overflows its stack. Our own
-  // index reader (h5format) checks loops and bounds when the dataset is read.
-  if (info.layout == "contiguous" || info.layout == "compact") st.storage_size = H5Dget_storage_size(d);
-  // Allocated is what libhdf5 reads by: a defined address (H5D__contig_is_space_alloc), not the
-  // stored size (a damaged size of 0 with data at the address is EIO, ContiguousArray, not
-  // fill). With a user block, 1.10 adds the base even to HADDR_UNDEF, which wraps to below the
-  // base, where no dataset's bytes can be.
-  if (info.layout == "contiguous")
-    st.contiguous_addr = (off == HADDR_UNDEF || off < st.geo.base) ? fmt::kUndefAddr : off;
-  st.external = info.layout == "contiguous" && H5Pget_external_count(dcpl) > 0;
-  H5Eclear2(H5E_DEFAULT);
-  // A metadata cache image holds object headers that were never written where the file says
-  // they are: only libhdf5 (which loads the image) can find the dataset's layout.
-  haddr_t image_addr = HADDR_UNDEF;
-  hsize_t image_len = 0;
-  if (H5Fget_mdc_image_info(fid, &image_addr, &image_len) >= 0 && image_addr != HADDR_UNDEF && image_len > 0) {
-    st.library_only = true;
-    st.library_reason = "metadata cache image (object headers live in it)";
-  }
-  H5Eclear2(H5E_DEFAULT);
-  // Datasets reached through an external link in an intermediate group live in another file.
-  ssize_t n = H5Fget_name(d, nullptr, 0);
-  std::string fname(static_cast<size_t>(std::max<ssize_t>(n, 0)), '\0');
-  if (n > 0) H5Fget_name(d, fname.data(), fname.size() + 1);
-  if (n > 0 && fname != file && basename_of(fname) != basename_of(file)) {
-    st.library_only = true;
-    st.library_reason = "dataset lives in another file behind an external link";
-  }
-}
-
-// Compact data lives in the layout message, which says how many bytes it holds. A dataspace
-// larger than that (a damaged dims field) makes libhdf5 1.10 read past the message, into
-// whatever memory follows it: no bytes to serve, every read is EIO (StorageInfo::damaged).
-void check_compact_size(hid_t ftype, hid_t space, const DatasetInfo& info, StorageInfo& st) {
-  if (info.layout != "compact" || !info.is_array) return;
-  const hssize_t n = H5Sget_simple_extent_npoints(space);
-  const size_t size = H5Tget_size(ftype);
-  H5Eclear2(H5E_DEFAULT);
-  if (n < 0 || size == 0) return;
-  const unsigned __int128 need = static_cast<unsigned __int128>(n) * size;
-  if (need <= st.storage_size) return;
-  st.damaged = "compact storage holds " + std::to_string(st.storage_size) + " bytes but the shape needs " +
-               std::to_string(static_cast<uint64_t>(std::min<unsigned __int128>(need, UINT64_MAX))) +
-               " (the dataspace or the layout message is damaged)";
-}
-
-void read_vds_mappings(hid_t dcpl, const std::string& file, const std::string& what, bool folded,
-                       DatasetInfo& info, StorageInfo& st) {
-  size_t count = 0;
-  if (H5Pget_virtual_count(dcpl, &count) < 0) h5::fail_h5(EIO, what + ": H5Pget_virtual_count");
-  for (size_t i = 0; i < count; ++i) {
-    VdsMapping m;
-    ssize_t n = H5Pget_virtual_filename(dcpl, i, nullptr, 0);
-    m.file_name.assign(static_cast<size_t>(std::max<ssize_t>(n, 0)), '\0');
-    H5Pget_virtual_filename(dcpl, i, m.file_name.data(), m.file_name.size() + 1);
-    n = H5Pget_virtual_dsetname(dcpl, i, nullptr, 0);
-    m.dataset_name.assign(static_cast<size_t>(std::max<ssize_t>(n, 0)), '\0');
-    H5Pget_virtual_dsetname(dcpl, i, m.dataset_name.data(), m.dataset_name.size() + 1);
-    try {
-      h5::Handle vs = h5::check(H5Pget_virtual_vspace(dcpl, i), "H5Pget_virtual_vspace");
-      h5::Handle ss = h5::check(H5Pget_virtual_srcspace(dcpl, i), "H5Pget_virtual_srcspace");
-      m.vspace = read_selection(vs.get());
-      m.srcspace = read_selection(ss.get());
-      int srank = H5Sget_simple_extent_ndims(ss.get());
-      std::vector<hsize_t> sd(static_cast<size_t>(std::max(srank, 0)));
-      H5Sget_simple_extent_dims(ss.get(), sd.data(), nullptr);
-      m.src_shape.assign(sd.begin(), sd.end());
-    } catch (const Error& e) {
-      st.library_only = true;
-      st.library_reason = std::string("VDS mapping ") + std::to_string(i) + ": " + e.what();
-    }
-    if (m.file_name.find('%') != std::string::npos || m.dataset_name.find('%') != std::string::npos) {
-      st.library_only = true;
-      st.library_reason = "VDS with printf-style source names";
-    } else {
-      m.resolved_file = resolve_vds_source(file, m.file_name);
-    }
-    info.vds.push_back(std::move(m));
-  }
-  if (folded) {
-    st.library_only = true;
-    st.library_reason = "VDS of an array element type";
-  }
-  H5Eclear2(H5E_DEFAULT);
-}
-
-// The one direct-or-library decision (make_dataset_array follows st.library_only).
-void decide_read_path(DatasetInfo& info, StorageInfo& st) {
-  std::string why;
-  if (!info.is_array) {
-    info.read_path = "none: " + info.why_not_array;
-    return;
-  }
-  if (!st.damaged.empty()) {
-    info.read_path = "none (every read EIO): " + st.damaged;
-    return;
-  }
-  if (!st.library_only) {
-    if (info.layout == "compact") {
-      st.library_reason = "compact storage (bytes live in the object header)";
-    } else if (st.external) {
-      st.library_reason = "external raw storage";
-    } else if (info.layout == "chunked" && !pipeline_supported(info.filters, &why)) {
-      st.library_reason = why;
-    } else if (info.layout != "contiguous" && info.layout != "chunked" && info.layout != "virtual") {
-      st.library_reason = info.layout + " storage";
-    }
-    st.library_only = !st.library_reason.empty();
-  }
-  info.read_path = st.library_only ? "library: " + st.library_reason : "direct";
-}
-
-}  // namespace
-
-std::shared_ptr<const DatasetInfo> H5File::load_info(const std::string& dset_path, StorageInfo& st) {
-  h5::Lock lk = h5::lock();
-  hid_t fid = handle();
-  auto info = std::make_shared<DatasetInfo>();
-  info->file = path_;
-  info->path = dset_path;
-  st.file_id = identity_;
-  const std::string what = path_ + ":" + dset_path;
-
-  const auto [target, objpath] = external_link_target(fid, path_, dset_path);
-  if (!target.empty()) {
-    lk.unlock();
-    auto other = engine_.open_file(target);
-    auto inf = other->dataset_info(objpath);
-    st = other->storage_info(objpath);
-    return inf;
-  }
-  h5::Handle d(H5Dopen2(fid, dset_path.c_str(), H5P_DEFAULT));
-  if (!d) {
-    H5Eclear2(H5E_DEFAULT);
-    fail(ENOENT, what + ": not a dataset");
-  }
-  h5::Handle ftype = h5::check(H5Dget_type(d.get()), what + ": H5Dget_type");
-  h5::Handle space = h5::check(H5Dget_space(d.get()), what + ": H5Dget_space");
-  Shape folded;
-  if (!read_type_and_shape(d.get(), ftype.get(), space.get(), static_cast<uint64_t>(std::max<int64_t>(identity_.size, 0)),
-                           *info, st, folded)) {
-    // Not even the creation properties: libhdf5 converts the fill value into buffers of the
-    // type's size when it copies them (H5Dget_create_plist).
-    info->layout = "unknown";
-    decide_read_path(*info, st);
-    return info;
-  }
-  h5::Handle dcpl = h5::check(H5Dget_create_plist(d.get()), what + ": H5Dget_create_plist");
-  read_layout_and_filters(dcpl.get(), st.ds_rank, *info);
-  read_fill_value(dcpl.get(), ftype.get(), *info);
-  read_storage(fid, d.get(), dcpl.get(), path_, *info, st);
-  check_compact_size(ftype.get(), space.get(), *info, st);
-  if (info->layout == "virtual") read_vds_mappings(dcpl.get(), path_, what, !folded.empty(), *info, st);
-  lk.unlock();
-
-  // The chunk index type, from the layout message (one small read of the object header).
-  if (info->is_array && info->layout == "chunked" && (!st.library_only || info->convert_type)) {
-    try {
-      auto fd = engine_.fds().get(path_, &identity_);
-      auto layout = fmt::read_layout(*fd, st.geo, st.ohdr_addr);
-      info->chunk_index = fmt::index_type_name(layout.index_type);
-    } catch (const std::exception& e) {
-      info->chunk_index = "unknown";
-      log::warn(what + ": cannot read the layout message: " + e.what());
-    }
-  }
-  // Attribute values and the small value of a non-array are not read here: listing needs only
-  // this; the sidecar reads them when it is opened (attributes(), read_value()).
-  decide_read_path(*info, st);
-  return info;
-}
-
 std::shared_ptr<const DatasetInfo> H5File::dataset_details(const std::string& dset_path) {
-  if (HelperPool* hp = engine_.helpers()) {  // one round trip; what listing needs is kept
-    try {
-      StorageInfo st;
-      auto got = helper::call_tentative<std::pair<DatasetInfo, StorageInfo>>(*hp, proto::Op::DatasetDetails, path_,
-                                                                             dset_path, dset_path);
-      proto::validate(got.first, got.second);
-      auto full = std::make_shared<const DatasetInfo>(std::move(got.first));
-      remember_listed(dset_path, *full, got.second);
+  {  // one round trip where the metadata can (a helper); what listing needs is kept
+    DatasetInfo info;
+    StorageInfo st;
+    if (engine_.metadata().dataset_details(*this, dset_path, info, st)) {
+      auto full = std::make_shared<const DatasetInfo>(std::move(info));
+      remember_listed(dset_path, *full, st);
       return full;
-    } catch (const HelperFailure& e) {
-      // An attribute that breaks the helper (tattr2.h5 /dset), or the value: each part on its
-      // own below, the metadata first (blamed and logged should that be what breaks it).
-      log::debug(std::string(e.what()) + "; the details are read part by part");
     }
   }
   auto d = std::make_shared<DatasetInfo>(*dataset_info(dset_path));
@@ -843,11 +100,8 @@ std::shared_ptr<const DatasetInfo> H5File::dataset_details(const std::string& ds
   }
   if (!d->is_array) {
     try {
-      // With helpers tentatively: a value that breaks the helper is left out, not blamed on the file.
-      HelperPool* hp = engine_.helpers();
-      d->small_value = hp ? helper::call_tentative<Value>(*hp, proto::Op::ReadValue, path_, dset_path, dset_path,
-                                                          uint64_t{1000})
-                          : read_value(dset_path, 1000);
+      // A value that breaks a helper is left out, not blamed on the file.
+      d->small_value = engine_.metadata().small_value(*this, dset_path, 1000);
     } catch (const std::exception&) {
     }
   }
@@ -858,17 +112,8 @@ std::vector<std::shared_ptr<const DatasetInfo>> H5File::datasets_details(const s
                                                                          const std::vector<std::string>& dset_paths) {
   std::vector<std::shared_ptr<const DatasetInfo>> out;
   out.reserve(dset_paths.size());
-  HelperPool* hp = engine_.helpers();
-  if (!hp || dset_paths.size() == 1) {
-    for (const std::string& p : dset_paths) out.push_back(dataset_details(p));
-    return out;
-  }
   std::vector<std::pair<DatasetInfo, StorageInfo>> got;
-  try {
-    got = helper::call_tentative<std::vector<std::pair<DatasetInfo, StorageInfo>>>(*hp, proto::Op::DatasetsDetails,
-                                                                                 path_, group, group, dset_paths);
-  } catch (const HelperFailure& e) {  // one of them breaks the helper: each on its own
-    log::debug(std::string(e.what()) + "; the datasets are asked one by one");
+  if (dset_paths.size() == 1 || !engine_.metadata().datasets_details(*this, group, dset_paths, got)) {
     for (const std::string& p : dset_paths) out.push_back(dataset_details(p));
     return out;
   }
@@ -877,7 +122,6 @@ std::vector<std::shared_ptr<const DatasetInfo>> H5File::datasets_details(const s
                   " answers for " + std::to_string(dset_paths.size()) + " datasets");
   for (size_t i = 0; i < got.size(); ++i) {
     auto& [info, st] = got[i];
-    proto::validate(info, st);
     if (!answers_for(info, dset_paths[i]))
       fail(EIO, path_ + ":" + dset_paths[i] + ": datasets_details from the HDF5 helper answered for " + info.path);
     auto full = std::make_shared<const DatasetInfo>(std::move(info));
@@ -888,84 +132,7 @@ std::vector<std::shared_ptr<const DatasetInfo>> H5File::datasets_details(const s
 }
 
 void H5File::prefetch_infos(Engine& engine, const std::vector<std::pair<std::string, std::string>>& items) {
-  HelperPool* hp = engine.helpers();
-  if (!hp || items.size() < 2) return;
-  struct Todo {
-    std::shared_ptr<H5File> file;
-    std::string dset;
-  };
-  std::vector<std::vector<Todo>> lanes(std::max(1u, hp->options().count));  // by preferred helper
-  std::set<std::pair<std::string, std::string>> seen;
-  for (const auto& [path, dset] : items) {
-    if (!seen.insert({path, dset}).second) continue;
-    std::shared_ptr<H5File> f;
-    try {
-      f = engine.open_file(path);
-    } catch (const std::exception&) {
-      continue;
-    }
-    {
-      std::lock_guard<std::mutex> lk(f->mu_);
-      if (f->infos_.count(dset)) continue;
-    }
-    if (hp->marked_bad(path)) continue;
-    lanes[hp->preferred(path) % lanes.size()].push_back({std::move(f), dset});
-  }
-  auto fetch = [hp](const std::vector<Todo>& lane) {
-    if (lane.size() < 2) {  // one file: its own request
-      for (const Todo& t : lane) {
-        try {
-          t.file->dataset_info(t.dset);
-        } catch (const std::exception&) {
-        }
-      }
-      return;
-    }
-    std::vector<std::pair<std::string, std::string>> asked;
-    for (const Todo& t : lane) asked.emplace_back(t.file->path(), t.dset);
-    std::vector<proto::InfoAnswer> answers;
-    auto files_of = [](const std::vector<std::pair<std::string, std::string>>& pairs) {
-      std::vector<std::string> out;
-      for (const auto& [file, dset] : pairs) out.push_back(file);
-      return out;
-    };
-    try {
-      proto::Out o;
-      proto::put(o, asked.front().first);
-      proto::put(o, asked.front().second);
-      proto::put(o, asked);
-      answers = proto::decode_all<std::vector<proto::InfoAnswer>>(
-          hp->call_batch(proto::Op::DatasetInfos, files_of(asked), o.data(), proto::kMaxMetaReply));
-    } catch (const std::exception& e) {
-      log::debug(asked.front().first + " and " + std::to_string(asked.size() - 1) +
-                 " other files: dataset_infos failed (" + e.what() + "); each is asked on its own");
-      return;
-    }
-    if (answers.size() != lane.size()) return;
-    for (size_t i = 0; i < lane.size(); ++i) {
-      proto::InfoAnswer& a = answers[i];
-      if (!a.ok) continue;  // its dataset_info asks again and reports the error
-      try {
-        proto::validate(a.info, a.storage);
-      } catch (const std::exception&) {
-        continue;
-      }
-      const Todo& t = lane[i];
-      if (!t.file->answers_for(a.info, t.dset)) continue;
-      t.file->remember(t.dset, std::make_shared<const DatasetInfo>(std::move(a.info)), a.storage);
-    }
-  };
-  std::vector<std::thread> threads;
-  for (size_t i = 1; i < lanes.size(); ++i) {
-    if (lanes[i].empty()) continue;
-    try {
-      threads.emplace_back(fetch, std::cref(lanes[i]));
-    } catch (const std::system_error&) {  // no thread to spare: in turn
-      fetch(lanes[i]);
-    }
-  }
-  fetch(lanes[0]);
-  for (std::thread& t : threads) t.join();
+  engine.metadata().prefetch_infos(items);
 }
 
 StorageInfo H5File::storage_info(const std::string& dset_path) {

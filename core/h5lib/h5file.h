@@ -1,7 +1,7 @@
-// One HDF5 file: its groups, datasets and their metadata, read through libhdf5 under the one
-// global lock (h5lib.h), and the Array through which a dataset's bytes are read directly.
-// In a process with HDF5 helpers (Engine::helpers(), the daemon) every method that needs
-// libhdf5 asks a helper instead (h5helper.h); the helper runs these same methods in process.
+// One HDF5 file: its groups, datasets and their metadata, and the Array through which a
+// dataset's bytes are read directly. What libhdf5 knows is asked of the engine's Metadata
+// (metadata.h: a helper process in the daemon, libhdf5 in process elsewhere); this class keeps
+// what it was told (dataset metadata, arrays) and no libhdf5 call.
 #pragma once
 #include <functional>
 #include <memory>
@@ -20,10 +20,6 @@
 namespace h5d {
 
 class Engine;
-class HelperPool;
-namespace proto {
-enum class Op : uint16_t;
-}
 
 enum class ObjectKind { Group, Dataset, Other };
 
@@ -71,10 +67,6 @@ class H5File : public std::enable_shared_from_this<H5File> {
   std::vector<std::string> attribute_names(const std::string& object_path);
   // One attribute's value ("unreadable: <why>" when libhdf5 cannot open it).
   Value attribute(const std::string& object_path, const std::string& name);
-  // Test hook (the helper's H5DIRECT_HELPER_FAULT_FILE, h5helper.cpp): called with
-  // "FILE@ATTRIBUTE" before each attribute is read in this process. Set once, before requests.
-  static void set_attribute_hook(std::function<void(const std::string&)> hook);
-
   // Metadata of a dataset (cached). Throws Error(ENOENT) when it is not a dataset.
   std::shared_ptr<const DatasetInfo> dataset_info(const std::string& dset_path);
   // dataset_info plus what listing does not need: attribute values (attrs) and, for a
@@ -86,59 +78,50 @@ class H5File : public std::enable_shared_from_this<H5File> {
   std::vector<std::shared_ptr<const DatasetInfo>> datasets_details(const std::string& group,
                                                                    const std::vector<std::string>& dset_paths);
   // Fetches the dataset_info of `items` ((file, dataset) pairs: the parts of a concatenation,
-  // the sources of a VDS; repeated pairs asked once) ahead of their dataset_info calls. With HDF5 helpers that is one
-  // request per helper, each helper answering the files it is preferred for, all helpers at
-  // once, instead of one round trip per file. A hint: what is cached already, in a file marked
-  // bad, or fails (or a batch that breaks its helper) is left to dataset_info, which asks again
-  // on its own and reports. Without helpers it does nothing.
+  // the sources of a VDS; repeated pairs asked once) ahead of their dataset_info calls: the
+  // engine's Metadata::prefetch_infos. With HDF5 helpers that is one request per helper, each
+  // helper answering the files it is preferred for, all helpers at once, instead of one round
+  // trip per file. A hint: what is cached already, in a file marked bad, or fails (or a batch
+  // that breaks its helper) is left to dataset_info, which asks again on its own and reports.
+  // Without helpers it does nothing.
   static void prefetch_infos(Engine& engine, const std::vector<std::pair<std::string, std::string>>& items);
   // The dataset's bytes as an Array (cached). Throws Error(EINVAL) when it is not an array.
   ArrayPtr dataset_array(const std::string& dset_path);
   // Reads a whole small dataset as a Value (strings included); used for run metadata.
   Value read_value(const std::string& dset_path, uint64_t max_elements = 100000);
 
-  // Library handle of the open file (hid_t), opened on first use; only for code holding the
-  // HDF5 lock. The handle may be closed again (bounded open files) once the lock is released.
-  int64_t handle();
-
   // How the dataset is stored (for the direct readers).
   StorageInfo storage_info(const std::string& dset_path);
 
- private:
-  // The file through the truncated-file driver (h5lib.h) when that is allowed in this process
-  // and the file is shorter than its stored end; -1 otherwise (`why`: what libhdf5 said then,
-  // when it refused that too). Caller holds the HDF5 lock.
-  int64_t open_truncated(std::string& why);
-  std::shared_ptr<const DatasetInfo> load_info(const std::string& dset_path, StorageInfo& st);
-  // A helper's answer to op (DatasetInfo or DatasetDetails), validated.
-  std::shared_ptr<const DatasetInfo> remote_info(HelperPool& hp, proto::Op op, const std::string& dset_path,
-                                                 StorageInfo& st);
+  // For the Metadata implementations (metadata.h).
+  // Whether dataset_info of dset_path is cached.
+  bool info_cached(const std::string& dset_path);
   // Whether a helper's answer about dset_path is about it (or, through an external link, about
   // its target in another file): anything else is a helper out of step.
   bool answers_for(const DatasetInfo& info, const std::string& dset_path) const;
   // Caches info and st (the first one kept when two threads race); returns the cached info.
-  // Keeps what listing needs of a helper's dataset_details answer (its attributes and small
-  // value are not cached: dataset_details).
-  void remember_listed(const std::string& dset_path, const DatasetInfo& details, const StorageInfo& st);
   std::shared_ptr<const DatasetInfo> remember(const std::string& dset_path, std::shared_ptr<const DatasetInfo> info,
                                               const StorageInfo& st);
+  // What the local implementation keeps of this file (its libhdf5 handle, h5local.cpp), guarded
+  // by the HDF5 lock; destroyed with the file.
+  struct LocalState {
+    virtual ~LocalState() = default;
+  };
+  std::unique_ptr<LocalState>& local_state() { return local_; }
+
+ private:
+  // Keeps what listing needs of a dataset_details answer (its attributes and small value are
+  // not cached: dataset_details).
+  void remember_listed(const std::string& dset_path, const DatasetInfo& details, const StorageInfo& st);
 
   Engine& engine_;
   std::string path_;
   FileIdentity identity_;  // zero when the file could not be stat'ed
-  int64_t fid_ = -1;
-  bool truncation_logged_ = false;
+  std::unique_ptr<LocalState> local_;
   std::mutex mu_;  // lock level 4 (docs/architecture.md): after the HDF5 lock; guards infos_, arrays_, storage_
   std::map<std::string, std::shared_ptr<const DatasetInfo>> infos_;
   std::map<std::string, ArrayPtr> arrays_;
   std::map<std::string, StorageInfo> storage_;
 };
-
-// H5Dread of region (start, count) of the dataspace of `dset_path` (folded array dims whole),
-// in this process: the bytes in C order, in the dataset's dtype (converted by libhdf5 where
-// DatasetInfo::convert_type). Used by LibraryArray, directly or in a helper.
-std::vector<uint8_t> library_read_local(H5File& file, const std::string& dset_path,
-                                        const std::vector<uint64_t>& start,
-                                        const std::vector<uint64_t>& count);
 
 }  // namespace h5d

@@ -3,8 +3,9 @@
 // holds its global lock), so in the daemon every libhdf5 call on a source file runs in a helper
 // process (h5direct-helper, a small pool of them), never in the daemon itself:
 //
-//   daemon: H5File / euxfel::meta / LibraryArray  --request-->  helper: the same functions,
-//           (Engine::helpers() != nullptr)        <--reply----  in process (helpers() == nullptr)
+//   daemon: RemoteMetadata (metadata.h)  --request-->  helper: LocalMetadata (h5local.h),
+//           H5File / euxfel::meta / LibraryArray  <--reply----  libhdf5 in process (h5serve.cpp)
+//           ask it
 //
 // A helper that crashes, aborts, sends a malformed reply or takes longer than the timeout is
 // killed and restarted; the request that needed it gets Error(EIO) with one log line naming the
@@ -47,7 +48,7 @@ struct HelperOptions {
 std::string find_helper();
 
 // One helper process and its end of the socketpair: the pool's slots and a written file's
-// writer process (core/writer.cpp) both use it, so spawning, the deadline of a request and
+// writer process (core/write/remote_file.cpp) both use it, so spawning, the deadline of a request and
 // killing live here once. Not thread-safe: its owner serializes requests.
 class HelperProcess {
  public:
@@ -165,11 +166,18 @@ class HelperPool {
   void count_file_locked(const std::string& file);
 };
 
+namespace detail {
+// Blocking read / send of exactly n bytes on the helper's socket; false at EOF or on an error.
+bool read_blocking(int fd, void* data, size_t n);
+bool write_blocking(int fd, const void* data, size_t n);
+}  // namespace detail
+
 namespace helper {
 
-// The helper's side: answers requests on `fd` with the in-process implementation (an Engine
-// without helpers) until the daemon closes it. Returns the exit status.
-// A writer process (core/writer.cpp) is the same program: its first request is
+// The helper's side (h5serve.cpp, the helper-side library): answers requests on `fd` with the
+// local implementation (an Engine without helpers: LocalMetadata) until the daemon closes it.
+// Returns the exit status.
+// A writer process (core/write/remote_file.cpp) is the same program: its first request is
 // proto::Op::WriteCreateFile, and it then holds that one file open for writing.
 int serve(int fd);
 

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace h5d::h5 {
 
@@ -93,6 +94,203 @@ Handle check(hid_t id, const std::string& what, int code) {
 
 void check(herr_t rc, const std::string& what, int code) {
   if (rc < 0) fail_h5(code, what);
+}
+
+namespace {
+// A failure that is an answer: nothing to report, nothing left on the stack.
+void clear() { H5Eclear2(H5E_DEFAULT); }
+// An id, or an empty Handle (the stack cleared) when the call failed.
+Handle or_absent(hid_t id) {
+  Handle h(id);
+  if (!h) clear();
+  return h;
+}
+}  // namespace
+
+Handle open_dataset(hid_t loc, const std::string& path, const std::string& what, int code) {
+  return check(H5Dopen2(loc, path.c_str(), H5P_DEFAULT), what, code);
+}
+
+Handle try_open_dataset(hid_t loc, const std::string& path) { return or_absent(H5Dopen2(loc, path.c_str(), H5P_DEFAULT)); }
+
+Handle open_group(hid_t loc, const std::string& path, const std::string& what, int code) {
+  return check(H5Gopen2(loc, path.c_str(), H5P_DEFAULT), what, code);
+}
+
+Handle try_open_group(hid_t loc, const std::string& path) { return or_absent(H5Gopen2(loc, path.c_str(), H5P_DEFAULT)); }
+
+Handle try_open_object(hid_t loc, const std::string& path) { return or_absent(H5Oopen(loc, path.c_str(), H5P_DEFAULT)); }
+
+Handle dataset_type(hid_t dset, const std::string& what) { return check(H5Dget_type(dset), what + ": H5Dget_type"); }
+
+Handle dataset_space(hid_t dset, const std::string& what) {
+  return check(H5Dget_space(dset), what + ": H5Dget_space");
+}
+
+Handle dataset_create_plist(hid_t dset, const std::string& what) {
+  return check(H5Dget_create_plist(dset), what + ": H5Dget_create_plist");
+}
+
+std::optional<H5O_info_t> try_object_info(hid_t loc, const std::string& path, unsigned fields) {
+  H5O_info_t info;
+  if (H5Oget_info_by_name2(loc, path.c_str(), &info, fields, H5P_DEFAULT) < 0) {
+    clear();
+    return std::nullopt;
+  }
+  return info;
+}
+
+std::optional<H5O_info_t> try_object_info(hid_t obj, unsigned fields) {
+  H5O_info_t info;
+  if (H5Oget_info2(obj, &info, fields) < 0) {
+    clear();
+    return std::nullopt;
+  }
+  return info;
+}
+
+std::optional<H5L_info_t> try_link_info(hid_t loc, const std::string& path) {
+  H5L_info_t info;
+  if (H5Lget_info(loc, path.c_str(), &info, H5P_DEFAULT) < 0) {
+    clear();
+    return std::nullopt;
+  }
+  return info;
+}
+
+std::optional<std::vector<char>> try_link_value(hid_t loc, const std::string& path, size_t size) {
+  std::vector<char> buf(size + 1, 0);
+  if (H5Lget_val(loc, path.c_str(), buf.data(), buf.size(), H5P_DEFAULT) < 0) {
+    clear();
+    return std::nullopt;
+  }
+  return buf;
+}
+
+bool try_link_exists(hid_t loc, const std::string& path) {
+  const htri_t r = H5Lexists(loc, path.c_str(), H5P_DEFAULT);
+  if (r < 0) clear();
+  return r > 0;
+}
+
+bool try_object_exists(hid_t loc, const std::string& path) {
+  const htri_t r = H5Oexists_by_name(loc, path.c_str(), H5P_DEFAULT);
+  if (r < 0) clear();
+  return r > 0;
+}
+
+int extent_ndims(hid_t space, const std::string& what) {
+  const int rank = H5Sget_simple_extent_ndims(space);
+  if (rank < 0) fail_h5(EIO, what + ": H5Sget_simple_extent_ndims");
+  return rank;
+}
+
+std::vector<hsize_t> extent_dims(hid_t space, const std::string& what, std::vector<hsize_t>* maxdims) {
+  std::vector<hsize_t> dims(static_cast<size_t>(extent_ndims(space, what)));
+  if (maxdims) maxdims->assign(dims.size(), 0);
+  if (!dims.empty())
+    check(H5Sget_simple_extent_dims(space, dims.data(), maxdims ? maxdims->data() : nullptr),
+          what + ": H5Sget_simple_extent_dims");
+  return dims;
+}
+
+hssize_t extent_npoints(hid_t space, const std::string& what) {
+  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  if (n < 0) fail_h5(EIO, what + ": H5Sget_simple_extent_npoints");
+  return n;
+}
+
+size_t type_size(hid_t type, const std::string& what) {
+  const size_t n = H5Tget_size(type);
+  if (n == 0) fail_h5(EIO, what + ": H5Tget_size");
+  return n;
+}
+
+void read(hid_t dset, hid_t mem_type, hid_t mem_space, hid_t file_space, hid_t xfer, void* buf,
+          const std::string& what) {
+  check(H5Dread(dset, mem_type, mem_space, file_space, xfer, buf), what);
+}
+
+void vlen_reclaim(hid_t type, hid_t space, void* buf, const std::string& what) {
+  if (H5Dvlen_reclaim(type, space, H5P_DEFAULT, buf) < 0)
+    log::warn(what + ": H5Dvlen_reclaim failed (its buffers are left behind): " + error_stack());
+}
+
+Handle try_open_attribute(hid_t obj, const std::string& name, std::string& why) {
+  Handle a(H5Aopen_by_name(obj, ".", name.c_str(), H5P_DEFAULT, H5P_DEFAULT));
+  if (!a) why = error_stack();  // clears the stack
+  return a;
+}
+
+bool try_attribute_names(hid_t obj, std::vector<std::string>& names, std::string& why) {
+  auto cb = [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
+    static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+    return 0;
+  };
+  hsize_t idx = 0;
+  if (H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_INC, &idx, cb, &names) < 0) {
+    why = error_stack();
+    return false;
+  }
+  return true;
+}
+
+std::vector<std::pair<std::string, H5L_type_t>> links(hid_t group, const std::string& what) {
+  std::vector<std::pair<std::string, H5L_type_t>> out;
+  auto cb = [](hid_t, const char* name, const H5L_info_t* info, void* data) -> herr_t {
+    static_cast<std::vector<std::pair<std::string, H5L_type_t>>*>(data)->emplace_back(name, info->type);
+    return 0;
+  };
+  hsize_t idx = 0;
+  if (H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, &idx, cb, &out) < 0) fail_h5(EIO, what);
+  return out;
+}
+
+namespace {
+// A name libhdf5 writes into a buffer after saying how long it is (H5Pget_virtual_*name).
+template <class Get>
+std::string try_name(Get get) {
+  const ssize_t n = get(nullptr, 0);
+  if (n <= 0) {
+    clear();
+    return "";
+  }
+  std::string name(static_cast<size_t>(n), '\0');
+  if (get(name.data(), name.size() + 1) < 0) {
+    clear();
+    return "";
+  }
+  return name;
+}
+}  // namespace
+
+namespace {
+// A string libhdf5 allocated, freed once copied.
+std::optional<std::string> take(char* s) {
+  if (!s) {
+    clear();
+    return std::nullopt;
+  }
+  std::string out(s);
+  H5free_memory(s);
+  return out;
+}
+}  // namespace
+
+std::optional<std::string> try_member_name(hid_t type, unsigned i) { return take(H5Tget_member_name(type, i)); }
+
+std::optional<std::string> try_tag(hid_t type) { return take(H5Tget_tag(type)); }
+
+std::string try_file_name(hid_t obj) {
+  return try_name([&](char* buf, size_t size) { return H5Fget_name(obj, buf, size); });
+}
+
+std::string try_virtual_filename(hid_t dcpl, size_t i) {
+  return try_name([&](char* buf, size_t size) { return H5Pget_virtual_filename(dcpl, i, buf, size); });
+}
+
+std::string try_virtual_dsetname(hid_t dcpl, size_t i) {
+  return try_name([&](char* buf, size_t size) { return H5Pget_virtual_dsetname(dcpl, i, buf, size); });
 }
 
 }  // namespace h5d::h5

@@ -8,7 +8,9 @@
 
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace h5d::h5 {
@@ -60,6 +62,55 @@ class Handle {
 // Wraps a returned id; throws with the HDF5 error stack when it is negative.
 Handle check(hid_t id, const std::string& what, int code = 5 /*EIO*/);
 void check(herr_t rc, const std::string& what, int code = 5);
+
+// The libhdf5 calls, each wrapped once (HighFive style): checked (a failure throws Error(code)
+// with `what` and libhdf5's error stack, the stack cleared), ids returned as Handles. A `try_`
+// variant is for a call whose failure is a real answer (no such link, object or dataset): it
+// gives an empty Handle, nullopt or false and clears the error stack (libhdf5 does not tell a
+// missing link from one it cannot read, so either is "absent"). The caller holds the HDF5 lock.
+Handle open_dataset(hid_t loc, const std::string& path, const std::string& what, int code = 2 /*ENOENT*/);
+Handle try_open_dataset(hid_t loc, const std::string& path);                                    // H5Dopen2
+Handle open_group(hid_t loc, const std::string& path, const std::string& what, int code = 2);
+Handle try_open_group(hid_t loc, const std::string& path);                                      // H5Gopen2
+Handle try_open_object(hid_t loc, const std::string& path);                                     // H5Oopen
+Handle dataset_type(hid_t dset, const std::string& what);                                       // H5Dget_type
+Handle dataset_space(hid_t dset, const std::string& what);                                      // H5Dget_space
+Handle dataset_create_plist(hid_t dset, const std::string& what);                               // H5Dget_create_plist
+// H5Oget_info_by_name2 / H5Oget_info2 (`fields`: H5O_INFO_BASIC, ...).
+std::optional<H5O_info_t> try_object_info(hid_t loc, const std::string& path, unsigned fields);
+std::optional<H5O_info_t> try_object_info(hid_t obj, unsigned fields);
+std::optional<H5L_info_t> try_link_info(hid_t loc, const std::string& path);                    // H5Lget_info
+// H5Lget_val of a link whose value is `size` bytes (H5L_info_t::u.val_size); nullopt on failure.
+std::optional<std::vector<char>> try_link_value(hid_t loc, const std::string& path, size_t size);
+bool try_link_exists(hid_t loc, const std::string& path);                                       // H5Lexists
+bool try_object_exists(hid_t loc, const std::string& path);                                     // H5Oexists_by_name
+int extent_ndims(hid_t space, const std::string& what);             // H5Sget_simple_extent_ndims
+// H5Sget_simple_extent_dims (and the maximum dims when `maxdims` is given).
+std::vector<hsize_t> extent_dims(hid_t space, const std::string& what, std::vector<hsize_t>* maxdims = nullptr);
+hssize_t extent_npoints(hid_t space, const std::string& what);       // H5Sget_simple_extent_npoints
+size_t type_size(hid_t type, const std::string& what);               // H5Tget_size (0 is its failure)
+void read(hid_t dset, hid_t mem_type, hid_t mem_space, hid_t file_space, hid_t xfer, void* buf,
+          const std::string& what);                                  // H5Dread
+// H5Dvlen_reclaim after the values were copied out: a failure leaves libhdf5's buffers behind but
+// the values read are good, so it is logged (a warning naming `what`), not thrown.
+void vlen_reclaim(hid_t type, hid_t space, void* buf, const std::string& what);
+// H5Fget_name of the file `obj` is in; "" when libhdf5 cannot say.
+std::string try_file_name(hid_t obj);
+// H5Aopen_by_name; an empty Handle when libhdf5 cannot open it (`why`: its error stack).
+Handle try_open_attribute(hid_t obj, const std::string& name, std::string& why);
+// H5Aiterate2 by name: the names of obj's attributes, in order. false when libhdf5 could not
+// list them all (`names`: those listed before it failed; `why`: its error stack).
+bool try_attribute_names(hid_t obj, std::vector<std::string>& names, std::string& why);
+// H5Literate by name: the links of `group` with their types. Error(EIO) naming `what` when
+// libhdf5 cannot list them.
+std::vector<std::pair<std::string, H5L_type_t>> links(hid_t group, const std::string& what);
+// H5Tget_member_name / H5Tget_tag, the string libhdf5 allocates freed (H5free_memory); nullopt
+// when libhdf5 gives none.
+std::optional<std::string> try_member_name(hid_t type, unsigned i);
+std::optional<std::string> try_tag(hid_t type);
+// H5Pget_virtual_filename / H5Pget_virtual_dsetname of mapping i; "" when libhdf5 cannot say.
+std::string try_virtual_filename(hid_t dcpl, size_t i);
+std::string try_virtual_dsetname(hid_t dcpl, size_t i);
 
 // A dataset transfer property list for an H5Dread of `elements` elements between `file_type` and
 // `mem_type`, whose conversion buffer is as large as that read needs (at most libhdf5's default,

@@ -22,12 +22,11 @@ bool is_h5py_bool(hid_t t) {
   Handle super(H5Tget_super(t));
   if (H5Tget_size(super.get()) != 1) return false;
   for (unsigned i = 0; i < 2; ++i) {
-    char* name = H5Tget_member_name(t, i);
+    const auto name = try_member_name(t, i);
     if (!name) return false;
     int8_t v = 0;
     H5Tget_member_value(t, i, &v);
-    bool ok = (std::strcmp(name, "FALSE") == 0 && v == 0) || (std::strcmp(name, "TRUE") == 0 && v == 1);
-    H5free_memory(name);
+    bool ok = (*name == "FALSE" && v == 0) || (*name == "TRUE" && v == 1);
     if (!ok) return false;
   }
   return true;
@@ -166,10 +165,8 @@ bool scalar_typestr(hid_t t, std::string& out, std::string& why) {
       // h5py tags the opaque types it writes for numpy dtypes it has no HDF5 type for
       // ("NUMPY:<M8[s]", "NUMPY:|S21": h5py.opaque_dtype) and reads them back as that dtype
       // (np.dtype(tag[6:])): so do we, when the tag is such a dtype and its size is the type's.
-      char* tag = H5Tget_tag(t);
-      if (tag) {
-        const std::string s(tag);
-        H5free_memory(tag);
+      if (const auto tag = try_tag(t)) {
+        const std::string& s = *tag;
         const std::string p = "NUMPY:";
         std::string d;
         if (s.compare(0, p.size(), p) == 0 && numpy_tag_dtype(s.substr(p.size()), size, d)) out = d;
@@ -193,12 +190,7 @@ bool scalar_typestr(hid_t t, std::string& out, std::string& why) {
 
 bool complex_typestr(hid_t t, std::string& out) {
   if (H5Tget_nmembers(t) != 2) return false;
-  char* n0 = H5Tget_member_name(t, 0);
-  char* n1 = H5Tget_member_name(t, 1);
-  bool names = n0 && n1 && std::strcmp(n0, "r") == 0 && std::strcmp(n1, "i") == 0;
-  if (n0) H5free_memory(n0);
-  if (n1) H5free_memory(n1);
-  if (!names) return false;
+  if (try_member_name(t, 0) != "r" || try_member_name(t, 1) != "i") return false;
   Handle t0(H5Tget_member_type(t, 0)), t1(H5Tget_member_type(t, 1));
   if (H5Tget_class(t0.get()) != H5T_FLOAT || H5Tequal(t0.get(), t1.get()) <= 0) return false;
   size_t fs = H5Tget_size(t0.get());
@@ -232,10 +224,8 @@ bool convert(hid_t t, DType& out, Shape* subshape, std::string& why) {
     if (complex_typestr(t, out.typestr)) return true;
     int n = H5Tget_nmembers(t);
     for (int i = 0; i < n; ++i) {
-      char* name = H5Tget_member_name(t, static_cast<unsigned>(i));
       Field f;
-      f.name = name ? name : "";
-      if (name) H5free_memory(name);
+      f.name = try_member_name(t, static_cast<unsigned>(i)).value_or("");
       f.offset = H5Tget_member_offset(t, static_cast<unsigned>(i));
       Handle mt(H5Tget_member_type(t, static_cast<unsigned>(i)));
       DType ft;
@@ -316,9 +306,7 @@ bool needs_conversion_impl(hid_t t, std::string& why) {
       for (int i = 0; i < n; ++i) {
         Handle mt(H5Tget_member_type(t, static_cast<unsigned>(i)));
         if (needs_conversion_impl(mt.get(), why)) {
-          char* name = H5Tget_member_name(t, static_cast<unsigned>(i));
-          why = "member '" + std::string(name ? name : "") + "': " + why;
-          if (name) H5free_memory(name);
+          why = "member '" + try_member_name(t, static_cast<unsigned>(i)).value_or("") + "': " + why;
           return true;
         }
       }
@@ -369,13 +357,11 @@ Handle standard_type_impl(hid_t t) {
       const size_t fs = H5Tget_size(fsuper.get());
       std::vector<uint8_t> v(std::max<size_t>(fs, 8) * 2);
       for (int i = 0, n = H5Tget_nmembers(t); i < n; ++i) {
-        char* name = H5Tget_member_name(t, static_cast<unsigned>(i));
+        const std::string name = try_member_name(t, static_cast<unsigned>(i)).value_or("");
         std::fill(v.begin(), v.end(), 0);
         H5Tget_member_value(t, static_cast<unsigned>(i), v.data());
         const herr_t ok = H5Tconvert(fsuper.get(), ssuper.get(), 1, v.data(), nullptr, H5P_DEFAULT);
-        const herr_t ins = ok < 0 ? ok : H5Tenum_insert(s.get(), name ? name : "", v.data());
-        if (name) H5free_memory(name);
-        check(ins, "H5Tenum_insert");
+        check(ok < 0 ? ok : H5Tenum_insert(s.get(), name.c_str(), v.data()), "H5Tenum_insert");
       }
       return s;
     }
@@ -392,12 +378,10 @@ Handle standard_type_impl(hid_t t) {
       Handle s(check(H5Tcreate(H5T_COMPOUND, size), "H5Tcreate"));
       for (int i = 0, n = H5Tget_nmembers(t); i < n; ++i) {
         const unsigned k = static_cast<unsigned>(i);
-        char* name = H5Tget_member_name(t, k);
+        const std::string name = try_member_name(t, k).value_or("");
         Handle mt(H5Tget_member_type(t, k));
         Handle smt = standard_type_impl(mt.get());
-        const herr_t ins = H5Tinsert(s.get(), name ? name : "", H5Tget_member_offset(t, k), smt.get());
-        if (name) H5free_memory(name);
-        check(ins, "H5Tinsert");
+        check(H5Tinsert(s.get(), name.c_str(), H5Tget_member_offset(t, k), smt.get()), "H5Tinsert");
       }
       return s;
     }
@@ -517,7 +501,7 @@ Value read_value(hid_t obj, bool is_attr, uint64_t max_elements) {
         if (is_attr) {
           for (auto* s : buf) H5free_memory(s);
         } else {
-          H5Dvlen_reclaim(mt.get(), space.get(), H5P_DEFAULT, buf.data());
+          vlen_reclaim(mt.get(), space.get(), buf.data(), "variable-length strings");
         }
       }
     } else {

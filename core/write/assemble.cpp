@@ -225,7 +225,7 @@ class ChunkedWriter final : public DatasetWriter,
   uint64_t nbytes() const override { return nbytes_; }
   std::string describe() const override {
     std::string f;
-    for (const auto& x : pipeline_) f += (f.empty() ? "" : "+") + filter_name(x.id);
+    for (const auto& x : pipeline_) f += (f.empty() ? "" : "+") + filters::filter_name(x.id);
     return what_ + " (chunked" + (f.empty() ? "" : ", " + f) + ")";
   }
 
@@ -764,7 +764,7 @@ DatasetPlan plan_dataset(const NewDataset& spec) {
   // HDF5 keeps a chunk's size in 32 bits.
   p.chunk_bytes = saturating_bytes(p.chunks, p.itemsize);
   if (p.chunk_bytes >= (4ull << 30)) fail(EINVAL, "chunks must be smaller than 4 GiB");
-  p.pipeline = write_pipeline(p.compression, spec.level, spec.shuffle, p.itemsize, p.chunk_bytes);
+  p.pipeline = filters::write_pipeline(p.compression, spec.level, spec.shuffle, p.itemsize, p.chunk_bytes);
   return p;
 }
 

@@ -185,7 +185,7 @@ TEST_CASE("decode spans of stacked modules are one module's bytes", "[core][span
 
 TEST_CASE("a concatenation opens the parts a read touches at once, and only those", "[core][concat]") {
   // Six in-memory parts of 4 rows x 8 bytes, each row filled with its global row number; part 3
-  // cannot be opened. open_at_once = 3: a read of parts 0-2 opens those three concurrently
+  // cannot be opened. On the engine's pool: a read of parts 0-2 opens those three concurrently
   // (each open waits until three are in flight, so a one-at-a-time open would time out).
   DType t;
   t.typestr = "|u1";
@@ -226,7 +226,7 @@ TEST_CASE("a concatenation opens the parts a read touches at once, and only thos
     throw Error(EIO, "a hint that failed");
   };
   Engine e(opts());
-  auto a = std::make_shared<ConcatArray>(std::move(parts), Shape{8}, t, "concat", 3, open_many);
+  auto a = std::make_shared<ConcatArray>(std::move(parts), Shape{8}, t, "concat", open_many, &e.pool());
   std::vector<uint8_t> out(12 * 8);
   e.read_bytes(*a, 0, out.size(), out.data());
   for (size_t i = 0; i < out.size(); ++i) REQUIRE(out[i] == i / 8);

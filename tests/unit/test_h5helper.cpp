@@ -14,14 +14,19 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/euxfel/h5meta.h"
 #include "core/h5lib/h5file.h"
+#include "core/h5lib/h5helper.h"
 #include "core/h5lib/h5lib.h"
+#include "core/h5lib/metadata.h"
 #include "tests/support/h5fixture.h"
 #include "vfs/providers.h"
 #include "vfs/vfs.h"
@@ -538,4 +543,41 @@ TEST_CASE("helpers: attribute names from the object header equal libhdf5's list;
     CHECK(members[1].ancestor == "/");
     for (const auto& m : f->list_group("/")) CHECK(m.ancestor.empty());
   }
+}
+
+TEST_CASE("helpers: the engine's metadata is chosen once, and its for_each_file spreads files by helper",
+          "[h5helper]") {
+  Engine local(in_process()), remote(with_helpers());
+  CHECK_FALSE(local.metadata().isolated());
+  CHECK(local.helpers() == nullptr);
+  REQUIRE(remote.metadata().isolated());
+  REQUIRE(remote.helpers() != nullptr);
+  std::vector<std::string> files;
+  for (int i = 0; i < 12; ++i) files.push_back("/nowhere/file" + std::to_string(i) + ".h5");
+  for (Engine* e : {&local, &remote}) {
+    std::mutex mu;
+    std::vector<int> calls(files.size(), 0);
+    std::vector<std::thread::id> by(files.size());
+    e->metadata().for_each_file(files, [&](size_t i) {
+      std::lock_guard<std::mutex> lk(mu);
+      ++calls[i];
+      by[i] = std::this_thread::get_id();
+    });
+    CHECK(calls == std::vector<int>(files.size(), 1));  // every file once
+    if (e == &local) {  // in turn, on the caller
+      for (const auto& id : by) CHECK(id == std::this_thread::get_id());
+      continue;
+    }
+    // The files one helper is preferred for are asked in one lane (one thread): each helper's
+    // requests stay with the helper that holds its files open.
+    HelperPool& hp = *remote.helpers();
+    std::set<size_t> helpers_used;
+    for (size_t i = 0; i < files.size(); ++i) {
+      helpers_used.insert(hp.preferred(files[i]));
+      for (size_t j = 0; j < files.size(); ++j)
+        if (hp.preferred(files[i]) == hp.preferred(files[j])) CHECK(by[i] == by[j]);
+    }
+    CHECK(helpers_used.size() == 2);  // 12 names over 2 helpers: both get some
+  }
+  CHECK(remote.metadata().counters().requests == 0);  // no request: nothing was asked of a file
 }
