@@ -732,23 +732,5 @@ benchlib.write_report('\n'.join(lines), args.md, args.json,
                            raw={'|'.join(map(str, k)): v for k, v in results.items()},
                            io={'|'.join(map(str, k)): v for k, v in iolog.items()}))
 if args.plot and cells:
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    labels = [f'{c.name} {a}' for c in cells for a in accesses]
-    names = [storage_name(st) for st in storages]
-    fig, ax = plt.subplots(figsize=(10, max(4, 0.22 * len(labels) * max(1, len(names) / 2))))
-    h = 0.8 / len(names)
-    for k, sname in enumerate(names):
-        xs = [next(r['x_h5py'] for r in table if r.get('access') == lab.split(' ')[1]
-                   and r['cell'] == lab.split(' ')[0] and r['storage'] == sname) for lab in labels]
-        ax.barh([i + k * h for i in range(len(labels))], xs, height=h, label=sname)
-    ax.set_yticks([i + 0.4 - h / 2 for i in range(len(labels))])
-    ax.set_yticklabels(labels, fontsize=7)
-    ax.invert_yaxis()
-    ax.axvline(1.0, color='k', lw=1)
-    ax.set_xlabel('x h5py (h5py seconds / h5direct seconds; > 1: h5direct faster), cold')
-    ax.legend(fontsize=7)
-    ax.set_title(f'cold reads from emulated storage; {state}', fontsize=8)
-    fig.tight_layout()
-    fig.savefig(args.plot, dpi=110)
+    import plot_cold
+    plot_cold.plot(table, args.plot, f'cold reads from emulated storage; {state}')
