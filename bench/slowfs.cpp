@@ -12,6 +12,7 @@
 // Self-contained: libfuse3 only (never core/).
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
+#include <linux/fuse.h>  // fuse_in_header, FUSE_INTERRUPT
 
 #include "fuse_readahead.h"
 
@@ -33,6 +34,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <thread>
 #include <time.h>
 #include <unistd.h>
 #include <unordered_map>
@@ -590,6 +592,61 @@ std::string escape_mountinfo(const std::string& s) {  // how /proc/self/mountinf
   return out;
 }
 
+// The session loop: `threads` workers, each receiving and answering one request at a time, all
+// reading the one /dev/fuse descriptor (as libfuse's multithreaded loop does, without clone_fd).
+// Not libfuse's loop because of FUSE_INTERRUPT: libfuse 3.14 tracks every request on a shared
+// list for the interrupts it may get, and under the cold matrix (h5direct daemons exiting with
+// reads in flight send interrupts for them) the emulator died twice of glibc heap corruption
+// ("malloc(): unsorted double linked list corrupted") with its own handles already safe. The
+// kernel allows a filesystem to ignore interrupts (the request completes normally), which is
+// what emulated storage does anyway: they are dropped here, before libfuse sees them.
+// Returns 0, or the receive error that ended it; `stuck`: workers still blocked after unmounting
+// (a lazy unmount with files open keeps the connection): then the caller must not destroy the
+// session, and exits.
+int serve(fuse_session* se, unsigned threads, bool& stuck) {
+  static std::atomic<int> failure{0};
+  static std::atomic<unsigned> done{0};
+  auto worker = [se] {
+    fuse_buf buf{};
+    while (!fuse_session_exited(se)) {
+      const int res = fuse_session_receive_buf(se, &buf);
+      if (res == -EINTR) continue;
+      if (res <= 0) {  // 0, -ENODEV, -ECONNABORTED: unmounted; another error: over too
+        if (res < 0 && res != -ENODEV && res != -ECONNABORTED) failure.store(res);
+        fuse_session_exit(se);
+        break;
+      }
+      if (!(buf.flags & FUSE_BUF_IS_FD) && static_cast<size_t>(res) >= sizeof(fuse_in_header) &&
+          reinterpret_cast<const fuse_in_header*>(buf.mem)->opcode == FUSE_INTERRUPT)
+        continue;
+      fuse_session_process_buf(se, &buf);
+    }
+    std::free(buf.mem);
+    done.fetch_add(1);
+  };
+  std::vector<std::thread> pool;
+  pool.reserve(threads);
+  for (unsigned i = 0; i < threads; ++i) pool.emplace_back(worker);
+  // A signal (SIGTERM, SIGINT: fuse_set_signal_handlers) only marks the session exited; the
+  // workers still block reading /dev/fuse: unmounting ends those reads (-ENODEV).
+  while (!fuse_session_exited(se)) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  {
+    std::lock_guard<std::mutex> lk(g.hang_mu);
+    g.stopping = true;
+  }
+  g.hang_cv.notify_all();
+  fuse_session_unmount(se);
+  for (int i = 0; i < 50 && done.load() < threads; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  stuck = done.load() < threads;
+  for (std::thread& t : pool) {
+    if (stuck)
+      t.detach();
+    else
+      t.join();
+  }
+  return failure.load();
+}
+
 int die(const std::string& msg) {
   std::fprintf(stderr, "slowfs: %s\n", msg.c_str());
   return 1;
@@ -668,16 +725,15 @@ int main(int argc, char** argv) {
     fuse_session_destroy(se);
     return die("cannot daemonize");
   }
-  fuse_loop_config* cfg = fuse_loop_cfg_create();
-  fuse_loop_cfg_set_clone_fd(cfg, 0);
-  fuse_loop_cfg_set_max_threads(cfg, g.opt.threads);
-  fuse_loop_cfg_set_idle_threads(cfg, g.opt.threads);  // keep them: no thread start per request
   g.se = se;
-  int rc = fuse_session_loop_mt(se, cfg);
-  if (rc == -ECONNABORTED) rc = 0;  // the kernel ended the connection (unmounted) mid-read
-  fuse_loop_cfg_destroy(cfg);
-  fuse_session_unmount(se);
+  bool stuck = false;
+  const int rc = serve(se, g.opt.threads, stuck);
   fuse_remove_signal_handlers(se);
+  if (stuck) {
+    std::fprintf(stderr, "slowfs: some workers still wait for requests after unmounting; exiting\n");
+    std::fflush(stderr);
+    ::_exit(rc < 0 ? 1 : 0);
+  }
   fuse_session_destroy(se);
   if (g.opt.foreground) std::fprintf(stderr, "slowfs: %s", stats_json(false).c_str());
   return rc < 0 ? 1 : 0;
