@@ -234,11 +234,17 @@ struct Handle {
 
 std::mutex handles_mu;
 std::unordered_map<uint64_t, std::shared_ptr<const Handle>> handles;
-uint64_t next_handle = 1;
+
+// Ids of open files and directories: never reused in a mount, so a late request for a released
+// one finds nothing rather than another's state.
+uint64_t next_handle_id() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
 
 uint64_t add_handle(std::shared_ptr<const Handle> h) {
   std::lock_guard<std::mutex> lk(handles_mu);
-  const uint64_t id = next_handle++;
+  const uint64_t id = next_handle_id();
   handles.emplace(id, std::move(h));
   return id;
 }
@@ -499,36 +505,56 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
   fuse_reply_buf(req, t_buf.get(), got);
 }
 
+// An open directory. Kept in the handle table like an open file, for the same reason: a
+// READDIR still served when its directory was released locked a freed Dir's mutex (the
+// emulator's "malloc(): unaligned tcache chunk detected" under the cold matrix, caught in gdb in
+// op_opendir's allocation of the next Dir of that size).
 struct Dir {
   std::mutex mu;
   DIR* dp = nullptr;
   off_t pos = 0;  // the offset that the next readdir() returns
   struct dirent* pending = nullptr;  // read but not yet returned (did not fit)
+  ~Dir() {
+    if (dp) ::closedir(dp);
+  }
 };
+
+std::mutex dirs_mu;
+std::unordered_map<uint64_t, std::shared_ptr<Dir>> dirs;
 
 void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   std::string path;
   if (!path_of(ino, path)) return (void)fuse_reply_err(req, ESTALE);
   const int fd = ::openat(g.src_fd, path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return (void)fuse_reply_err(req, errno);
-  auto d = std::make_unique<Dir>();
+  auto d = std::make_shared<Dir>();
   d->dp = ::fdopendir(fd);
   if (!d->dp) {
     const int e = errno;
     ::close(fd);
     return (void)fuse_reply_err(req, e);
   }
-  fi->fh = reinterpret_cast<uint64_t>(d.get());
-  if (fuse_reply_open(req, fi) == 0) {
-    d.release();
-  } else {
-    ::closedir(d->dp);
+  {
+    std::lock_guard<std::mutex> lk(dirs_mu);
+    fi->fh = next_handle_id();
+    dirs.emplace(fi->fh, d);
+  }
+  if (fuse_reply_open(req, fi) != 0) {  // the request was interrupted
+    std::lock_guard<std::mutex> lk(dirs_mu);
+    dirs.erase(fi->fh);
   }
 }
 
 void op_readdir(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
   g.c.readdirs++;
-  Dir& d = *reinterpret_cast<Dir*>(fi->fh);
+  std::shared_ptr<Dir> dir;
+  {
+    std::lock_guard<std::mutex> lk(dirs_mu);
+    auto it = dirs.find(fi->fh);
+    if (it != dirs.end()) dir = it->second;
+  }
+  if (!dir) return (void)fuse_reply_err(req, EBADF);
+  Dir& d = *dir;
   std::lock_guard<std::mutex> lk(d.mu);
   if (off != d.pos) {
     ::seekdir(d.dp, off);
@@ -564,9 +590,15 @@ void op_readdir(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_in
 }
 
 void op_releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-  Dir* d = reinterpret_cast<Dir*>(fi->fh);
-  ::closedir(d->dp);
-  delete d;
+  std::shared_ptr<Dir> last;  // closed outside the lock (or by a readdir still holding it)
+  {
+    std::lock_guard<std::mutex> lk(dirs_mu);
+    auto it = dirs.find(fi->fh);
+    if (it != dirs.end()) {
+      last = std::move(it->second);
+      dirs.erase(it);
+    }
+  }
   fuse_reply_err(req, 0);
 }
 
