@@ -28,10 +28,9 @@ using h5d::euxfel::RunOptions;
 
 namespace {
 
-std::string repo_root() {
-  std::string f = __FILE__;  // <repo>/tests/unit/test_euxfel.cpp
-  return f.substr(0, f.rfind("/tests/unit/"));
-}
+// The source tree (CMake's, absolute): __FILE__ is relative where a compiler cache rewrites
+// paths (ccache's base_dir), and the generator was then looked for from the working directory.
+std::string repo_root() { return H5D_SOURCE_DIR; }
 
 std::string tmp_root() {
   const char* t = std::getenv("H5D_TEST_TMP");
