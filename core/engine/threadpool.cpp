@@ -1,6 +1,7 @@
 #include "core/engine/threadpool.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace h5d {
 
@@ -180,7 +181,19 @@ void ThreadPool::worker_loop(unsigned me) {
         }
         idle.woken = false;
         idle_.push_back(me);
-        idle.cv.wait(lk, [&] { return idle.woken || stop_; });
+        if (!stop_) {
+          idle.cv.wait(lk, [&] { return idle.woken || stop_; });
+        } else {
+          // Shutting down with batches still queued that this worker may not take yet (the CPU
+          // places are taken, or the key's): look again shortly. Returning at once made every
+          // idle worker spin on mu_, starving the tasks that empty the queue (the TSan stress
+          // test hung in Engine::~Engine and was killed for memory).
+          idle.cv.wait_for(lk, std::chrono::milliseconds(1), [&] { return idle.woken; });
+        }
+        if (!idle.woken) {  // not taken off the idle list by a waker: take itself off
+          auto it = std::find(idle_.begin(), idle_.end(), me);
+          if (it != idle_.end()) idle_.erase(it);
+        }
       }
       if (b->key) ++running_[b->key];
       ++active_;
