@@ -232,37 +232,40 @@ struct Handle {
   }
 };
 
-std::mutex handles_mu;
-std::unordered_map<uint64_t, std::shared_ptr<const Handle>> handles;
+// Open files and directories by id: shared by the table and by every request using one, so a
+// request still served when the kernel releases its file or directory keeps what it opened (the
+// last holder closes it). Ids are never reused in a mount, so a late request for a released one
+// finds nothing rather than another's state.
+template <class T>
+class HandleTable {
+ public:
+  uint64_t add(std::shared_ptr<T> h) {
+    static std::atomic<uint64_t> next{1};  // one sequence for every table
+    const uint64_t id = next.fetch_add(1);
+    std::lock_guard<std::mutex> lk(mu_);
+    map_.emplace(id, std::move(h));
+    return id;
+  }
+  std::shared_ptr<T> find(uint64_t id) const {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = map_.find(id);
+    return it == map_.end() ? nullptr : it->second;
+  }
+  void drop(uint64_t id) {
+    std::shared_ptr<T> last;  // destroyed outside the lock
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = map_.find(id);
+    if (it == map_.end()) return;
+    last = std::move(it->second);
+    map_.erase(it);
+  }
 
-// Ids of open files and directories: never reused in a mount, so a late request for a released
-// one finds nothing rather than another's state.
-uint64_t next_handle_id() {
-  static std::atomic<uint64_t> next{1};
-  return next.fetch_add(1);
-}
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<T>> map_;
+};
 
-uint64_t add_handle(std::shared_ptr<const Handle> h) {
-  std::lock_guard<std::mutex> lk(handles_mu);
-  const uint64_t id = next_handle_id();
-  handles.emplace(id, std::move(h));
-  return id;
-}
-
-std::shared_ptr<const Handle> find_handle(uint64_t id) {
-  std::lock_guard<std::mutex> lk(handles_mu);
-  auto it = handles.find(id);
-  return it == handles.end() ? nullptr : it->second;
-}
-
-void drop_handle(uint64_t id) {
-  std::shared_ptr<const Handle> last;  // destroyed outside the lock
-  std::lock_guard<std::mutex> lk(handles_mu);
-  auto it = handles.find(id);
-  if (it == handles.end()) return;
-  last = std::move(it->second);
-  handles.erase(it);
-}
+HandleTable<const Handle> handles;
 
 // The node's relative path, or false for an unknown inode.
 bool path_of(fuse_ino_t ino, std::string& out) {
@@ -432,12 +435,12 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     }
     fi->keep_cache = g.opt.keep_cache ? 1 : 0;
   }
-  fi->fh = add_handle(std::move(h));
-  if (fuse_reply_open(req, fi) != 0) drop_handle(fi->fh);  // the open was interrupted
+  fi->fh = handles.add(std::move(h));
+  if (fuse_reply_open(req, fi) != 0) handles.drop(fi->fh);  // the open was interrupted
 }
 
 void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-  drop_handle(fi->fh);
+  handles.drop(fi->fh);
   fuse_reply_err(req, 0);
 }
 
@@ -446,7 +449,7 @@ thread_local std::unique_ptr<char[]> t_buf;
 thread_local size_t t_buf_size = 0;
 
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
-  const std::shared_ptr<const Handle> h = find_handle(fi->fh);
+  const std::shared_ptr<const Handle> h = handles.find(fi->fh);
   if (!h) return (void)fuse_reply_err(req, EBADF);
   if (ino == kStatsIno || ino == kStatsResetIno) {
     const std::string& s = h->stats;
@@ -519,8 +522,7 @@ struct Dir {
   }
 };
 
-std::mutex dirs_mu;
-std::unordered_map<uint64_t, std::shared_ptr<Dir>> dirs;
+HandleTable<Dir> dirs;
 
 void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   std::string path;
@@ -534,25 +536,13 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     ::close(fd);
     return (void)fuse_reply_err(req, e);
   }
-  {
-    std::lock_guard<std::mutex> lk(dirs_mu);
-    fi->fh = next_handle_id();
-    dirs.emplace(fi->fh, d);
-  }
-  if (fuse_reply_open(req, fi) != 0) {  // the request was interrupted
-    std::lock_guard<std::mutex> lk(dirs_mu);
-    dirs.erase(fi->fh);
-  }
+  fi->fh = dirs.add(std::move(d));
+  if (fuse_reply_open(req, fi) != 0) dirs.drop(fi->fh);  // the request was interrupted
 }
 
 void op_readdir(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
   g.c.readdirs++;
-  std::shared_ptr<Dir> dir;
-  {
-    std::lock_guard<std::mutex> lk(dirs_mu);
-    auto it = dirs.find(fi->fh);
-    if (it != dirs.end()) dir = it->second;
-  }
+  const std::shared_ptr<Dir> dir = dirs.find(fi->fh);
   if (!dir) return (void)fuse_reply_err(req, EBADF);
   Dir& d = *dir;
   std::lock_guard<std::mutex> lk(d.mu);
@@ -590,15 +580,7 @@ void op_readdir(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_in
 }
 
 void op_releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-  std::shared_ptr<Dir> last;  // closed outside the lock (or by a readdir still holding it)
-  {
-    std::lock_guard<std::mutex> lk(dirs_mu);
-    auto it = dirs.find(fi->fh);
-    if (it != dirs.end()) {
-      last = std::move(it->second);
-      dirs.erase(it);
-    }
-  }
+  dirs.drop(fi->fh);  // closed here, or by a readdir still holding it
   fuse_reply_err(req, 0);
 }
 
