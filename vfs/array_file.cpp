@@ -117,11 +117,12 @@ class ArrayOpenFile final : public OpenFile {
   // Whether the data bytes of a read of [off, off + size) are decoded already (the decode-ahead
   // was ahead of it); false for arrays that do not decode.
   bool decoded_already(uint64_t off, size_t size) {
-    const uint64_t h = node_.header_.size(), total = node_.size();
-    if (!array_ || off + size <= h || off >= total) return false;
-    const uint64_t d0 = off > h ? off - h : 0, d1 = std::min<uint64_t>(off + size, total) - h;
+    const uint64_t total = node_.size();
+    if (!array_ || off >= total) return false;
+    const HeadSplit part = split_at_header(node_.header_.size(), off, std::min<uint64_t>(size, total - off));
+    if (part.data_len == 0) return false;
     try {
-      return array_->decodes() && node_.ctx_.engine.bytes_decoded(*array_, d0, d1 - d0);
+      return array_->decodes() && node_.ctx_.engine.bytes_decoded(*array_, part.data_off, part.data_len);
     } catch (const std::exception&) {
       return false;
     }

@@ -299,6 +299,32 @@ TEST_CASE("array files: a shape of more than 2^63 bytes never gets a wrapped siz
   CHECK(make_array_file(ctx, ArrayFormat::Raw, ok, meta(0444))->size() == ((uint64_t(1) << 59) - 4096) * 8);
 }
 
+// A reader that finds its bytes decoded already (waited = false) is served by the window it has:
+// the window keeps its size while the prefetch still follows the reader, and grows again the
+// first time a read has to wait.
+TEST_CASE("sequential prefetcher: the window grows only when a read waited", "[vfs]") {
+  SequentialPrefetcher::Config cfg{1000, 64000, 100, 150};
+  SequentialPrefetcher p(cfg);
+  const uint64_t size = 1000000;
+  p.on_read(0, 100, size);
+  p.on_read(100, 100, size);
+  CHECK(p.on_read(200, 100, size, nullptr, /*waited=*/false).len == 1000);  // the first window
+  CHECK(p.window() == 1000);  // not doubled: that read did not wait
+  uint64_t asked_until = 1300;
+  for (uint64_t off = 300; off < 20000; off += 100) {
+    const auto x = p.on_read(off, 100, size, nullptr, false);
+    if (x.len) asked_until = x.off + x.len;
+    CHECK(asked_until >= off + 100);  // still ahead of the reader
+  }
+  CHECK(p.window() == 1000);
+  // One read that waited: the next window asked for is twice as large.
+  uint64_t off = 20000;
+  SequentialPrefetcher::Range r;
+  for (; !(r = p.on_read(off, 100, size, nullptr, true)).len; off += 100) {
+  }
+  CHECK(p.window() == 2000);
+}
+
 TEST_CASE("sequential prefetcher: doubles while sequential, resets on a seek", "[vfs]") {
   SequentialPrefetcher::Config cfg{1000, 8000, 100, 150};
   SequentialPrefetcher p(cfg);
