@@ -158,6 +158,22 @@ def values_equal(got, expected):
     return np.array_equal(got, expected)
 
 
+def evict_pages(*paths):
+    """Drops the page cache of these files only (written back first: only clean pages go).
+    Tests never drop the whole page cache (/proc/sys/vm/drop_caches): ctest runs them two at a
+    time, and a test that found a file cached on purpose would see it gone under it."""
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            try:
+                os.fsync(fd)
+            except OSError:
+                pass  # read-only mounts and virtual files: nothing of theirs is dirty
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
 def pread_all(path):
     with open(path, 'rb') as f:
         return f.read()

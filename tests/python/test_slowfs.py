@@ -43,17 +43,6 @@ def timed_read(path):
     return data, time.monotonic() - t0
 
 
-def drop_caches():
-    """Empties the page cache (the mount's and the source's); False when not allowed."""
-    try:
-        os.sync()
-        with open('/proc/sys/vm/drop_caches', 'w') as f:
-            f.write('3\n')
-        return True
-    except OSError:
-        return False
-
-
 def test_passthrough_bytes_metadata_and_refusals(mount):
     src = make_tmpdir('slowfs-src-')
     rng = np.random.default_rng(7)
@@ -146,11 +135,11 @@ def test_request_costs_and_cache(mount):
 
     # Page-cache hits cost nothing and reach no request, also after reopening the file.
     assert rereads_reach_no_request(m, 'f0', bytes([0]) * n)
-    if drop_caches():  # ... and dropping the caches makes the next read cold again
-        before = stats(m)['reads']
-        data, t = timed_read(m.path('f0'))
-        assert data == bytes([0]) * n
-        assert stats(m)['reads'] > before and t >= lat
+    h5d_testlib.evict_pages(m.path('f0'))  # ... and dropping its pages makes the next read cold
+    before = stats(m)['reads']
+    data, t = timed_read(m.path('f0'))
+    assert data == bytes([0]) * n
+    assert stats(m)['reads'] > before and t >= lat
 
 
 def rereads_reach_no_request(m, name, want, tries=5):
