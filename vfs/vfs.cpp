@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
@@ -89,6 +90,13 @@ Vfs::Vfs(Engine& engine, VfsOptions opts, const std::string& source) : engine_(e
     root_meta = source_meta(source_, st, MetaRule::DirOfFile);
   } else {
     fail(EINVAL, "source " + source + " is neither a regular file nor a directory");
+  }
+  // The excluded path is compared with paths resolved from the real source path: the same
+  // spelling without "." and ".." (lexically: stat'ing it could reach this very mount).
+  if (!opts.exclude_path.empty()) {
+    std::string ex = std::filesystem::path(opts.exclude_path).lexically_normal().string();
+    while (ex.size() > 1 && ex.back() == '/') ex.pop_back();
+    opts.exclude_path = ex;
   }
   ctx_.reset(new TreeContext{engine, opts, {}});
   NodeMeta ctl = with_perm(root_meta, 0555);

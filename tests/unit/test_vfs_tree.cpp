@@ -525,6 +525,14 @@ TEST_CASE("the mount point is never shown or entered; uid, gid, umask override w
   std::set<std::string> names;
   for (const auto& e : fs.readdir(Vfs::kRootIno)) names.insert(e.name);
   CHECK(names == std::set<std::string>{".h5direct", "fake.h5", "to_other"});
+  {  // The same mount point spelled with "..", "." and a trailing slash is the same exclusion.
+    VfsOptions o2;
+    o2.exclude_path = other + "/.././mnt/";
+    Vfs spelled(engine, o2, src);
+    std::set<std::string> got;
+    for (const auto& e : spelled.readdir(Vfs::kRootIno)) got.insert(e.name);
+    CHECK(got == names);
+  }
   const Attr fake = fs.lookup(Vfs::kRootIno, "fake.h5");
   CHECK(fake.uid == 4321);
   CHECK(fake.gid == 99);
