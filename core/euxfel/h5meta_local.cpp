@@ -8,6 +8,7 @@
 #include "core/h5lib/h5file.h"
 #include "core/h5lib/h5local.h"
 #include "core/h5lib/h5lib.h"
+#include "core/h5lib/h5types_api.h"
 
 namespace h5d::euxfel::meta::local {
 namespace {
@@ -51,12 +52,9 @@ bool read_ints_at(hid_t loc, const std::string& what, const std::string& path, u
   if (rank > 0) {
     std::vector<hsize_t> start(static_cast<size_t>(rank), 0), cnt(static_cast<size_t>(rank), 1);
     cnt[0] = count;
-    h5::check(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, cnt.data(),
-                                  nullptr),
-              "H5Sselect_hyperslab");
+    h5::select_hyperslab(space.get(), start, cnt, what);
   }
-  hsize_t mdim = count;
-  Handle mspace = h5::check(H5Screate_simple(1, &mdim, nullptr), "H5Screate_simple");
+  Handle mspace = h5::create_simple_space({static_cast<hsize_t>(count)});
   Handle ftype = h5::dataset_type(d.get(), what);
   Handle xfer = h5::transfer_for(ftype.get(), memtype, count);
   h5::read(d.get(), memtype, mspace.get(), space.get(), xfer.get(), out.data(), what + ": read");
@@ -173,17 +171,17 @@ std::vector<std::string> read_strings(H5File& f, const std::string& path) {
   Handle d = h5::try_open_dataset(fid, path);
   if (!d) fail(ENOENT, what + ": no such dataset");
   Handle ftype = h5::dataset_type(d.get(), what);
-  if (H5Tget_class(ftype.get()) != H5T_STRING) fail(EINVAL, what + ": not a string dataset");
+  if (h5::type_class(ftype.get()) != H5T_STRING) fail(EINVAL, what + ": not a string dataset");
   Handle space = h5::dataset_space(d.get(), what);
   const hssize_t npoints = h5::extent_npoints(space.get(), what);
   std::vector<std::string> out;
   if (npoints <= 0) return out;
   const size_t n = static_cast<size_t>(npoints);
   out.reserve(n);
-  if (H5Tis_variable_str(ftype.get()) > 0) {
-    Handle mtype = h5::check(H5Tcopy(H5T_C_S1), "H5Tcopy");
-    h5::check(H5Tset_size(mtype.get(), H5T_VARIABLE), what + ": H5Tset_size");
-    h5::check(H5Tset_cset(mtype.get(), H5Tget_cset(ftype.get())), what + ": H5Tset_cset");
+  if (h5::is_variable_str(ftype.get())) {
+    Handle mtype = h5::copy_type(H5T_C_S1);
+    h5::set_size(mtype.get(), H5T_VARIABLE);
+    h5::set_cset(mtype.get(), h5::type_cset(ftype.get()));
     std::vector<char*> ptrs(n, nullptr);
     Handle xfer = h5::transfer_for(ftype.get(), mtype.get(), n);
     h5::read(d.get(), mtype.get(), H5S_ALL, H5S_ALL, xfer.get(), ptrs.data(), what + ": read");
@@ -191,9 +189,9 @@ std::vector<std::string> read_strings(H5File& f, const std::string& path) {
     h5::vlen_reclaim(mtype.get(), space.get(), ptrs.data(), what);
   } else {
     const size_t sz = h5::type_size(ftype.get(), what);
-    Handle mtype = h5::check(H5Tcopy(H5T_C_S1), "H5Tcopy");
-    h5::check(H5Tset_size(mtype.get(), sz), what + ": H5Tset_size");
-    h5::check(H5Tset_strpad(mtype.get(), H5T_STR_NULLPAD), what + ": H5Tset_strpad");
+    Handle mtype = h5::copy_type(H5T_C_S1);
+    h5::set_size(mtype.get(), sz);
+    h5::set_strpad(mtype.get(), H5T_STR_NULLPAD);
     std::vector<char> buf(sz * n);
     Handle xfer = h5::transfer_for(ftype.get(), mtype.get(), n);
     h5::read(d.get(), mtype.get(), H5S_ALL, H5S_ALL, xfer.get(), buf.data(), what + ": read");
@@ -211,9 +209,7 @@ std::vector<std::string> list_datasets(H5File& f, const std::string& group_path)
   hid_t fid = local_handle(f);
   VisitState st;
   if (type_locked(fid, group_path) != H5O_TYPE_GROUP) return st.names;
-  if (H5Ovisit_by_name2(fid, group_path.c_str(), H5_INDEX_NAME, H5_ITER_INC, visit_cb, &st,
-                        H5O_INFO_BASIC, H5P_DEFAULT) < 0)
-    h5::fail_h5(EIO, f.path() + ":" + group_path + ": visit");
+  h5::visit(fid, group_path, visit_cb, &st, H5O_INFO_BASIC, f.path() + ":" + group_path + ": visit");
   std::sort(st.names.begin(), st.names.end());
   return st.names;
 }

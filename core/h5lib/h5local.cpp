@@ -60,16 +60,12 @@ std::string join_h5(const std::string& group, const std::string& name) {
 // User block and address sizes of the file (what fmt needs to read its structures).
 fmt::FileGeometry read_geometry(hid_t fid) {
   fmt::FileGeometry geo;
-  h5::Handle fcpl(H5Fget_create_plist(fid));
-  if (fcpl) {
-    hsize_t ub = 0;
-    H5Pget_userblock(fcpl.get(), &ub);
-    geo.base = ub;
-    size_t so = 8, sl = 8;
-    H5Pget_sizes(fcpl.get(), &so, &sl);
-    geo.sizeof_offsets = static_cast<uint8_t>(so);
-    geo.sizeof_lengths = static_cast<uint8_t>(sl);
-  }
+  h5::Handle fcpl = h5::file_create_plist(fid);
+  geo.base = h5::userblock(fcpl.get());
+  size_t so = 8, sl = 8;
+  h5::sizes(fcpl.get(), so, sl);
+  geo.sizeof_offsets = static_cast<uint8_t>(so);
+  geo.sizeof_lengths = static_cast<uint8_t>(sl);
   return geo;
 }
 
@@ -82,24 +78,20 @@ h5::Handle open_object(hid_t fid, const std::string& file, const std::string& ob
 
 Hyperslab read_selection(hid_t space) {
   Hyperslab h;
-  const int rank = H5Sget_simple_extent_ndims(space);
-  H5S_sel_type t = H5Sget_select_type(space);
+  const std::vector<hsize_t> dims = h5::extent_dims(space, "VDS selection");
+  H5S_sel_type t = h5::select_type(space, "VDS selection");
   if (t == H5S_SEL_ALL) {
     h.is_all = true;
-    std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 0)));
-    H5Sget_simple_extent_dims(space, dims.data(), nullptr);
     h.start.assign(dims.size(), 0);
     h.stride.assign(dims.size(), 1);
     h.count.assign(dims.size(), 1);
     h.block.assign(dims.begin(), dims.end());
     return h;
   }
-  if (t != H5S_SEL_HYPERSLABS || H5Sis_regular_hyperslab(space) <= 0)
+  if (t != H5S_SEL_HYPERSLABS || !h5::is_regular_hyperslab(space, "VDS selection"))
     fail(ENOTSUP, "selection is not a regular hyperslab");
-  const size_t n = static_cast<size_t>(std::max(rank, 0));
-  std::vector<hsize_t> start(n), stride(n), count(n), block(n);
-  h5::check(H5Sget_regular_hyperslab(space, start.data(), stride.data(), count.data(), block.data()),
-            "H5Sget_regular_hyperslab");
+  std::vector<hsize_t> start, stride, count, block;
+  h5::regular_hyperslab(space, dims.size(), start, stride, count, block, "VDS selection");
   h.start.assign(start.begin(), start.end());
   h.stride.assign(stride.begin(), stride.end());
   h.count.assign(count.begin(), count.end());
@@ -146,34 +138,31 @@ namespace {
 // What this process keeps of an H5File: its libhdf5 handle, opened on first use and closed
 // again when too many are open (bounded open files) or when the H5File goes away.
 struct Open final : H5File::LocalState {
-  hid_t fid = -1;
+  h5::Handle fid;
   bool truncation_logged = false;
   ~Open() override {
     h5::Lock lk = h5::lock();
-    if (fid >= 0) {
-      H5Fclose(fid);
+    if (fid) {
+      fid.reset();
       open_handles().remove(this);
     }
   }
 };
 
 // The file through the truncated-file driver (h5lib.h) when that is allowed in this process
-// and the file is shorter than its stored end; -1 otherwise (`why`: what libhdf5 said then,
-// when it refused that too). Caller holds the HDF5 lock.
-hid_t open_truncated(H5File& f, Open& o, std::string& why) {
+// and the file is shorter than its stored end; an empty Handle otherwise (`why`: what libhdf5
+// said then, when it refused that too). Caller holds the HDF5 lock.
+h5::Handle open_truncated(H5File& f, Open& o, std::string& why) {
   // Only where the caller checks every answer for reads past the cut (the helper: serve).
-  if (!h5::truncated_files_allowed()) return -1;
+  if (!h5::truncated_files_allowed()) return h5::Handle();
   uint64_t size = 0, eoa = 0;
   std::string reason;
-  const hid_t fid = h5::open_truncated(f.path(), &size, &eoa, &reason);
-  if (fid < 0) {
+  h5::Handle fid = h5::open_truncated(f.path(), &size, &eoa, &reason);
+  if (!fid) {
     why = "; opened as a truncated file: " + reason;
-    return -1;
+    return fid;
   }
-  if (size >= eoa) {  // not truncated: refused for another reason, reported as it was
-    H5Fclose(fid);
-    return -1;
-  }
+  if (size >= eoa) return h5::Handle();  // not truncated: refused for another reason, reported as it was
   if (!o.truncation_logged) {
     o.truncation_logged = true;
     log::warn(f.path() + ": truncated: " + std::to_string(size) + " of the " + std::to_string(eoa) +
@@ -190,32 +179,31 @@ hid_t local_handle(H5File& f) {
   if (!state) state = std::make_unique<Open>();
   Open& o = static_cast<Open&>(*state);
   auto& lru = open_handles();
-  if (o.fid >= 0) {
+  if (o.fid) {
     auto it = std::find(lru.begin(), lru.end(), &o);
     if (it != lru.begin() && it != lru.end()) lru.splice(lru.begin(), lru, it);
-    return o.fid;
+    return o.fid.get();
   }
   const size_t limit = std::max<size_t>(4, f.engine().options().max_open_files / 2);
   while (lru.size() >= limit) {
     Open* victim = lru.back();
     lru.pop_back();
-    H5Fclose(victim->fid);
-    victim->fid = -1;
+    victim->fid.reset();
   }
   const std::string& path = f.path();
   // Metadata read from a handle opened on a newer file must never mix with what we hold.
   if (f.identity().ino != 0) FdCache::verify(path, f.identity());
-  hid_t fid = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);  // unlocked: see init_library
-  if (fid < 0) {
+  std::string why;
+  h5::Handle fid = h5::try_open_file(path, H5P_DEFAULT, why);  // unlocked: see init_library
+  if (!fid) {
     int code = file_exists(path) ? (::access(path.c_str(), R_OK) == 0 ? EIO : EACCES) : ENOENT;
-    const std::string why = h5::error_stack();
     std::string why_truncated;
     if (code == EIO) fid = open_truncated(f, o, why_truncated);
-    if (fid < 0) fail(code, path + ": cannot open as HDF5: " + why + why_truncated);
+    if (!fid) fail(code, path + ": cannot open as HDF5: " + why + why_truncated);
   }
-  o.fid = fid;
+  o.fid = std::move(fid);
   lru.push_front(&o);
-  return o.fid;
+  return o.fid.get();
 }
 
 std::vector<LinkEntry> LocalMetadata::list_group(H5File& f, const std::string& group_path) {
@@ -276,10 +264,8 @@ std::vector<LinkEntry> LocalMetadata::list_group(H5File& f, const std::string& g
           std::string t(buf.data());
           e.soft_target = (!t.empty() && t[0] == '/') ? t : join_h5(group_path, t);
         } else {
-          const char* file = nullptr;
-          const char* obj = nullptr;
-          if (H5Lunpack_elink_val(buf.data(), buf.size(), nullptr, &file, &obj) >= 0)
-            e.soft_target = std::string(file ? file : "") + ":" + (obj ? obj : "");
+          // Not one libhdf5 can unpack: the target stays unnamed.
+          if (const auto target = h5::try_unpack_external_link(buf)) e.soft_target = target->first + ":" + target->second;
           // The file libhdf5 found for it (H5Oget_info above opened it).
           if (h5::Handle o = h5::try_open_object(g.get(), name)) e.file = h5::try_file_name(o.get());
           // A relative name libhdf5 found beside this file rather than in the working directory.
@@ -289,7 +275,6 @@ std::vector<LinkEntry> LocalMetadata::list_group(H5File& f, const std::string& g
           }
         }
       }
-      H5Eclear2(H5E_DEFAULT);  // H5Lunpack_elink_val's refusal: the target stays unnamed
     }
     out.push_back(std::move(e));
   }
@@ -319,9 +304,7 @@ Value read_attribute(hid_t obj, const std::string& file, const std::string& name
   if (attribute_hook()) attribute_hook()(file + "@" + name);
   std::string why;
   h5::Handle a = h5::try_open_attribute(obj, name, why);
-  Value v = a ? h5::read_value(a.get(), true, 10000) : Value::string("unreadable: " + why);
-  H5Eclear2(H5E_DEFAULT);  // read_value's reasons are in its value
-  return v;
+  return a ? h5::read_value(a.get(), true, 10000) : Value::string("unreadable: " + why);
 }
 }  // namespace
 
@@ -396,14 +379,13 @@ std::pair<std::string, std::string> external_link_target(hid_t fid, const std::s
   std::pair<std::string, std::string> out;
   const auto li = h5::try_link_info(fid, dset_path);
   if (!li || li->type != H5L_TYPE_EXTERNAL) return out;
-  auto buf = h5::try_link_value(fid, dset_path, li->u.val_size);
-  const char* f = nullptr;
-  const char* obj = nullptr;
-  if (buf && H5Lunpack_elink_val(buf->data(), buf->size(), nullptr, &f, &obj) >= 0 && f && obj) {
-    std::string target = resolve_vds_source(file, f);
-    if (!target.empty()) out = {target, obj};
+  const auto buf = h5::try_link_value(fid, dset_path, li->u.val_size);
+  // One libhdf5 cannot unpack: no external link to follow.
+  const auto link = buf ? h5::try_unpack_external_link(*buf) : std::nullopt;
+  if (link) {
+    std::string target = resolve_vds_source(file, link->first);
+    if (!target.empty()) out = {target, link->second};
   }
-  H5Eclear2(H5E_DEFAULT);  // H5Lunpack_elink_val's refusal: no external link to follow
   return out;
 }
 
@@ -415,19 +397,17 @@ std::pair<std::string, std::string> external_link_target(hid_t fid, const std::s
 // Returns false for such a type (nothing more about the dataset may be asked of libhdf5).
 bool read_type_and_shape(hid_t d, hid_t ftype, hid_t space, uint64_t file_size, DatasetInfo& info, StorageInfo& st,
                          Shape& folded) {
-  const int rank = H5Sget_simple_extent_ndims(space);
-  std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 0))), maxdims(dims.size());
-  H5Sget_simple_extent_dims(space, dims.data(), maxdims.data());
-  const bool null_space = H5Sget_simple_extent_type(space) == H5S_NULL;
+  const std::string what = info.file + ":" + info.path;
+  std::vector<hsize_t> maxdims;
+  const std::vector<hsize_t> dims = h5::extent_dims(space, what, &maxdims);
+  const bool null_space = h5::extent_type(space, what) == H5S_NULL;
   info.shape.assign(dims.begin(), dims.end());
   for (auto m : maxdims) info.maxshape.push_back(m == H5S_UNLIMITED ? ~uint64_t(0) : m);
   st.ds_rank = info.shape.size();
-  const size_t type_size = H5Tget_size(ftype);
-  H5D_space_status_t allocated = H5D_SPACE_STATUS_ERROR;
-  // Asked only in this rare case: for a chunked dataset libhdf5 walks the chunk index.
-  if (file_size && type_size > file_size && (H5Dget_space_status(d, &allocated) < 0 ||
-                                             allocated != H5D_SPACE_STATUS_NOT_ALLOCATED)) {
-    H5Eclear2(H5E_DEFAULT);
+  const size_t type_size = h5::type_size(ftype, what);
+  // Asked only in this rare case: for a chunked dataset libhdf5 walks the chunk index (one it
+  // cannot walk counts as allocated).
+  if (file_size && type_size > file_size && h5::try_space_status(d) != H5D_SPACE_STATUS_NOT_ALLOCATED) {
     info.is_array = false;
     info.why_not_array = "element of " + std::to_string(type_size) + " bytes, larger than the file (" +
                          std::to_string(file_size) + " bytes): a damaged datatype";
@@ -453,7 +433,8 @@ bool read_type_and_shape(hid_t d, hid_t ftype, hid_t space, uint64_t file_size, 
 }
 
 void read_layout_and_filters(hid_t dcpl, size_t ds_rank, DatasetInfo& info) {
-  switch (H5Pget_layout(dcpl)) {
+  const std::string what = info.file + ":" + info.path;
+  switch (h5::layout(dcpl, what)) {
     case H5D_COMPACT: info.layout = "compact"; break;
     case H5D_CONTIGUOUS: info.layout = "contiguous"; break;
     case H5D_CHUNKED: info.layout = "chunked"; break;
@@ -461,31 +442,18 @@ void read_layout_and_filters(hid_t dcpl, size_t ds_rank, DatasetInfo& info) {
     default: info.layout = "unknown"; break;
   }
   if (info.layout == "chunked") {
-    std::vector<hsize_t> cd(ds_rank);
-    H5Pget_chunk(dcpl, static_cast<int>(cd.size()), cd.data());
+    const std::vector<hsize_t> cd = h5::chunk_dims(dcpl, ds_rank, what);
     info.chunks.assign(cd.begin(), cd.end());
   }
-  const int nf = H5Pget_nfilters(dcpl);
-  for (int i = 0; i < nf; ++i) {
+  for (int i = 0, nf = h5::nfilters(dcpl, what); i < nf; ++i) {
+    h5::PipelineFilter pf = h5::filter(dcpl, static_cast<unsigned>(i), what);
     FilterInfo f;
-    unsigned flags = 0;
-    size_t nelmts = 32;
-    std::vector<unsigned> cd(nelmts);
-    char name[256] = {0};
-    unsigned config = 0;
-    H5Z_filter_t id = H5Pget_filter2(dcpl, static_cast<unsigned>(i), &flags, &nelmts, cd.data(), sizeof name, name, &config);
-    if (nelmts > cd.size()) {
-      cd.resize(nelmts);
-      id = H5Pget_filter2(dcpl, static_cast<unsigned>(i), &flags, &nelmts, cd.data(), sizeof name, name, &config);
-    }
-    cd.resize(std::min(nelmts, cd.size()));
-    f.id = static_cast<int>(id);
-    f.flags = flags;
-    f.name = name;
-    f.cd_values = cd;
-    info.filters.push_back(f);
+    f.id = static_cast<int>(pf.id);
+    f.flags = pf.flags;
+    f.name = std::move(pf.name);
+    f.cd_values = std::move(pf.cd_values);
+    info.filters.push_back(std::move(f));
   }
-  H5Eclear2(H5E_DEFAULT);
 }
 
 // One element's bytes in the file type (no conversion); zeros when undefined.
@@ -501,13 +469,13 @@ void read_fill_value(hid_t dcpl, hid_t ftype, DatasetInfo& info) {
   const hid_t ftype_served = mtype ? mtype.get() : ftype;
   // Non-arrays have no fill value to serve (and a damaged type size must not size a buffer).
   if (!info.is_array) return;
-  size_t h5_elem = H5Tget_size(ftype_served);
+  const std::string what = info.file + ":" + info.path;
+  size_t h5_elem = h5::type_size(ftype_served, what);
   info.fill_value.assign(h5_elem, 0);
-  H5D_fill_value_t fv;
-  if (info.is_array && H5Pfill_value_defined(dcpl, &fv) >= 0 && fv == H5D_FILL_VALUE_USER_DEFINED) {
-    if (H5Pget_fill_value(dcpl, ftype_served, info.fill_value.data()) >= 0) info.fill_value_defined = true;
-  }
-  H5Eclear2(H5E_DEFAULT);
+  // A fill value libhdf5 cannot convert to the type served: none to serve (zeros).
+  if (h5::fill_value_status(dcpl, what) == H5D_FILL_VALUE_USER_DEFINED &&
+      h5::try_fill_value(dcpl, ftype_served, info.fill_value.data()))
+    info.fill_value_defined = true;
   if (info.is_array && h5_elem != info.dtype.itemsize && info.dtype.itemsize &&
       h5_elem % info.dtype.itemsize == 0) {
     // Array element type folded into the shape: the fill value is that of one base element.
@@ -520,28 +488,24 @@ void read_storage(hid_t fid, hid_t d, hid_t dcpl, const std::string& file, const
                   StorageInfo& st) {
   if (const auto oinfo = h5::try_object_info(d, H5O_INFO_BASIC)) st.ohdr_addr = oinfo->addr;
   st.geo = read_geometry(fid);
-  haddr_t off = H5Dget_offset(d);
+  const haddr_t off = h5::try_dataset_offset(d);
   // Only where it is needed: for a chunked dataset libhdf5 walks the whole chunk index to
   // answer, and a damaged index (a B-tree looping on itself) overflows its stack. Our own
   // index reader (h5format) checks loops and bounds when the dataset is read.
-  if (info.layout == "contiguous" || info.layout == "compact") st.storage_size = H5Dget_storage_size(d);
+  if (info.layout == "contiguous" || info.layout == "compact") st.storage_size = h5::try_storage_size(d);
   // Allocated is what libhdf5 reads by: a defined address (H5D__contig_is_space_alloc), not the
   // stored size (a damaged size of 0 with data at the address is EIO, ContiguousArray, not
   // fill). With a user block, 1.10 adds the base even to HADDR_UNDEF, which wraps to below the
   // base, where no dataset's bytes can be.
   if (info.layout == "contiguous")
     st.contiguous_addr = (off == HADDR_UNDEF || off < st.geo.base) ? fmt::kUndefAddr : off;
-  st.external = info.layout == "contiguous" && H5Pget_external_count(dcpl) > 0;
-  H5Eclear2(H5E_DEFAULT);
+  st.external = info.layout == "contiguous" && h5::external_count(dcpl, file + ":" + info.path) > 0;
   // A metadata cache image holds object headers that were never written where the file says
   // they are: only libhdf5 (which loads the image) can find the dataset's layout.
-  haddr_t image_addr = HADDR_UNDEF;
-  hsize_t image_len = 0;
-  if (H5Fget_mdc_image_info(fid, &image_addr, &image_len) >= 0 && image_addr != HADDR_UNDEF && image_len > 0) {
+  if (h5::try_has_mdc_image(fid)) {
     st.library_only = true;
     st.library_reason = "metadata cache image (object headers live in it)";
   }
-  H5Eclear2(H5E_DEFAULT);
   // Datasets reached through an external link in an intermediate group live in another file.
   const std::string fname = h5::try_file_name(d);
   if (!fname.empty() && fname != file && basename_of(fname) != basename_of(file)) {
@@ -555,10 +519,9 @@ void read_storage(hid_t fid, hid_t d, hid_t dcpl, const std::string& file, const
 // whatever memory follows it: no bytes to serve, every read is EIO (StorageInfo::damaged).
 void check_compact_size(hid_t ftype, hid_t space, const DatasetInfo& info, StorageInfo& st) {
   if (info.layout != "compact" || !info.is_array) return;
-  const hssize_t n = H5Sget_simple_extent_npoints(space);
-  const size_t size = H5Tget_size(ftype);
-  H5Eclear2(H5E_DEFAULT);
-  if (n < 0 || size == 0) return;
+  const std::string what = info.file + ":" + info.path;
+  const hssize_t n = h5::extent_npoints(space, what);
+  const size_t size = h5::type_size(ftype, what);
   const unsigned __int128 need = static_cast<unsigned __int128>(n) * size;
   if (need <= st.storage_size) return;
   st.damaged = "compact storage holds " + std::to_string(st.storage_size) + " bytes but the shape needs " +
@@ -568,20 +531,17 @@ void check_compact_size(hid_t ftype, hid_t space, const DatasetInfo& info, Stora
 
 void read_vds_mappings(hid_t dcpl, const std::string& file, const std::string& what, bool folded,
                        DatasetInfo& info, StorageInfo& st) {
-  size_t count = 0;
-  if (H5Pget_virtual_count(dcpl, &count) < 0) h5::fail_h5(EIO, what + ": H5Pget_virtual_count");
+  const size_t count = h5::virtual_count(dcpl, what);
   for (size_t i = 0; i < count; ++i) {
     VdsMapping m;
     m.file_name = h5::try_virtual_filename(dcpl, i);
     m.dataset_name = h5::try_virtual_dsetname(dcpl, i);
     try {
-      h5::Handle vs = h5::check(H5Pget_virtual_vspace(dcpl, i), "H5Pget_virtual_vspace");
-      h5::Handle ss = h5::check(H5Pget_virtual_srcspace(dcpl, i), "H5Pget_virtual_srcspace");
+      h5::Handle vs = h5::virtual_vspace(dcpl, i);
+      h5::Handle ss = h5::virtual_srcspace(dcpl, i);
       m.vspace = read_selection(vs.get());
       m.srcspace = read_selection(ss.get());
-      int srank = H5Sget_simple_extent_ndims(ss.get());
-      std::vector<hsize_t> sd(static_cast<size_t>(std::max(srank, 0)));
-      H5Sget_simple_extent_dims(ss.get(), sd.data(), nullptr);
+      const std::vector<hsize_t> sd = h5::extent_dims(ss.get(), "VDS source space");
       m.src_shape.assign(sd.begin(), sd.end());
     } catch (const Error& e) {
       st.library_only = true;
@@ -599,7 +559,6 @@ void read_vds_mappings(hid_t dcpl, const std::string& file, const std::string& w
     st.library_only = true;
     st.library_reason = "VDS of an array element type";
   }
-  H5Eclear2(H5E_DEFAULT);
 }
 
 // The one direct-or-library decision (make_dataset_array follows st.library_only).

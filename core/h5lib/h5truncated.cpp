@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/engine/fd_cache.h"
+#include "core/error.h"
 #include "core/fmt/chunk_index.h"
 #include "core/h5lib/h5lib.h"
 #if __has_include(<H5FDdevelop.h>)
@@ -222,6 +223,10 @@ H5FD_class_t make_class() {
   return c;
 }
 
+// The driver's own calls into libhdf5 stay raw here (tools/check_h5_calls.py allows this file):
+// H5FDregister registers it (a negative id is handled by open_truncated), and H5Epush2 in its
+// callbacks IS how a driver reports a failure to libhdf5. What this file asks of the library
+// otherwise goes through the wrappers (h5lib.h).
 hid_t driver_id() {
   static const H5FD_class_t cls = make_class();
   static const hid_t id = H5FDregister(&cls);
@@ -235,14 +240,14 @@ bool g_allowed = false;
 void allow_truncated_files(bool on) { g_allowed = on; }
 bool truncated_files_allowed() { return g_allowed; }
 
-hid_t open_truncated(const std::string& path, uint64_t* real_size, uint64_t* eoa, std::string* why) {
+Handle open_truncated(const std::string& path, uint64_t* real_size, uint64_t* eoa, std::string* why) {
   {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     struct stat st;
     if (fd < 0 || ::fstat(fd, &st) != 0) {
       if (fd >= 0) ::close(fd);
       if (why) *why = std::string("cannot open: ") + std::strerror(errno);
-      return -1;
+      return Handle();
     }
     if (real_size) *real_size = static_cast<uint64_t>(st.st_size);
     if (eoa) *eoa = stored_end(fd, static_cast<uint64_t>(st.st_size), path.c_str());
@@ -250,13 +255,21 @@ hid_t open_truncated(const std::string& path, uint64_t* real_size, uint64_t* eoa
   }
   Lock lk = lock();
   const hid_t drv = driver_id();
-  Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
-  hid_t fid = -1;
-  if (drv >= 0 && fapl && H5Pset_driver(fapl.get(), drv, nullptr) >= 0)
-    fid = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get());
-  // Taken before any other call: every API call clears the error stack.
-  if (fid < 0 && why) *why = drv < 0 ? "the truncated-file driver could not be registered" : error_stack();
-  return fid;
+  if (drv < 0) {
+    if (why) *why = "the truncated-file driver could not be registered";
+    return Handle();
+  }
+  std::string reason;
+  try {
+    Handle fapl = create_plist(H5P_FILE_ACCESS);
+    set_driver(fapl.get(), drv);
+    Handle fid = try_open_file(path, fapl.get(), reason);
+    if (!fid && why) *why = reason;
+    return fid;
+  } catch (const Error& e) {
+    if (why) *why = e.what();
+    return Handle();
+  }
 }
 
 size_t pending_reads_past_end() {

@@ -8,24 +8,24 @@
 #include <vector>
 
 #include "core/h5lib/h5lib.h"
+#include "core/h5lib/h5types_api.h"
 
 namespace h5d::h5 {
 namespace {
 
 char order_char(hid_t t, size_t size) {
   if (size == 1) return '|';
-  return H5Tget_order(t) == H5T_ORDER_BE ? '>' : '<';
+  return type_order(t) == H5T_ORDER_BE ? '>' : '<';
 }
 
 bool is_h5py_bool(hid_t t) {
-  if (H5Tget_nmembers(t) != 2) return false;
-  Handle super(H5Tget_super(t));
-  if (H5Tget_size(super.get()) != 1) return false;
+  if (type_nmembers(t) != 2) return false;
+  if (type_size(type_super(t).get(), "enum base") != 1) return false;
   for (unsigned i = 0; i < 2; ++i) {
     const auto name = try_member_name(t, i);
     if (!name) return false;
     int8_t v = 0;
-    H5Tget_member_value(t, i, &v);
+    member_value(t, i, &v);
     bool ok = (*name == "FALSE" && v == 0) || (*name == "TRUE" && v == 1);
     if (!ok) return false;
   }
@@ -48,9 +48,11 @@ bool ieee_layout(size_t size, FloatLayout& l) {
 // The numpy float h5py gives for a float type (h5py's TypeFloatID.py_dtype): the smallest of
 // float16/32/64/longdouble whose mantissa and exponent range hold the type's. 0 when none does.
 size_t h5py_float_size(hid_t t) {
-  size_t spos, epos, esize, mpos, msize;
-  if (H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize) < 0 || esize >= 63) return 0;
-  const long long bias = static_cast<long long>(H5Tget_ebias(t));
+  const FloatFields fl = type_fields(t);
+  const size_t esize = fl.esize;
+  size_t msize = fl.msize;
+  if (esize >= 63) return 0;
+  const long long bias = static_cast<long long>(type_ebias(t));
   const long long maxexp = (1ll << esize) - bias - 1, minexp = 1 - bias;
   struct Finfo {
     size_t size, nmant;
@@ -58,7 +60,7 @@ size_t h5py_float_size(hid_t t) {
   };
   // An explicit leading mantissa bit (x87 extended precision, normalisation "none") is not
   // part of the fraction numpy counts.
-  if (H5Tget_norm(t) == H5T_NORM_NONE && msize > 0) --msize;
+  if (type_norm(t) == H5T_NORM_NONE && msize > 0) --msize;
   // numpy's finfo: nmant, maxexp, minexp of float16/32/64 and x86's longdouble.
   for (const Finfo& f : {Finfo{2, 10, 16, -14}, Finfo{4, 23, 128, -126}, Finfo{8, 52, 1024, -1022},
                          Finfo{16, 63, 16384, -16382}}) {
@@ -68,24 +70,23 @@ size_t h5py_float_size(hid_t t) {
 }
 
 bool is_ieee(hid_t t, size_t size) {
-  FloatLayout want{}, got{};
-  if (!ieee_layout(size, want) || H5Tget_size(t) != size) return false;
-  H5Tget_fields(t, &got.spos, &got.epos, &got.esize, &got.mpos, &got.msize);
-  got.ebias = H5Tget_ebias(t);
+  FloatLayout want{};
+  if (!ieee_layout(size, want) || type_size(t, "float") != size) return false;
+  const FloatFields got = type_fields(t);
   return got.spos == want.spos && got.epos == want.epos && got.esize == want.esize &&
-         got.mpos == want.mpos && got.msize == want.msize && got.ebias == want.ebias &&
-         H5Tget_precision(t) == 8 * size && H5Tget_offset(t) == 0 && H5Tget_norm(t) == H5T_NORM_IMPLIED;
+         got.mpos == want.mpos && got.msize == want.msize && type_ebias(t) == want.ebias &&
+         type_precision(t) == 8 * size && type_offset(t) == 0 && type_norm(t) == H5T_NORM_IMPLIED;
 }
 
-bool is_native_ldouble(hid_t t) { return H5Tget_size(t) == 16 && H5Tequal(t, H5T_NATIVE_LDOUBLE) > 0; }
+bool is_native_ldouble(hid_t t) { return type_size(t, "float") == 16 && type_equal(t, H5T_NATIVE_LDOUBLE); }
 
 // The numpy size a float type is served as: its own when IEEE (or the native long double),
 // else h5py's choice (bfloat16 -> float32, 12-byte long double -> longdouble); 0: none.
 size_t served_float_size(hid_t t) {
-  const size_t size = H5Tget_size(t);
+  const size_t size = type_size(t, "float");
   if (is_ieee(t, size) || is_native_ldouble(t)) return size;
   const size_t s = h5py_float_size(t);
-  if (s == 16 && H5Tget_order(t) != H5T_ORDER_LE) return 0;  // longdouble is little-endian here
+  if (s == 16 && type_order(t) != H5T_ORDER_LE) return 0;  // longdouble is little-endian here
   return s;
 }
 
@@ -132,11 +133,12 @@ bool numpy_tag_dtype(const std::string& d, size_t size, std::string& out) {
 }
 
 bool scalar_typestr(hid_t t, std::string& out, std::string& why) {
-  const size_t size = H5Tget_size(t);
-  switch (H5Tget_class(t)) {
+  const size_t size = type_size(t, "datatype");
+  const H5T_class_t cls = type_class(t);
+  switch (cls) {
     case H5T_INTEGER:
     case H5T_BITFIELD: {
-      bool sign = H5Tget_class(t) == H5T_INTEGER && H5Tget_sign(t) == H5T_SGN_2;
+      bool sign = cls == H5T_INTEGER && type_sign(t) == H5T_SGN_2;
       if (size != 1 && size != 2 && size != 4 && size != 8) {
         why = "integer of " + std::to_string(size) + " bytes";
         return false;
@@ -154,7 +156,7 @@ bool scalar_typestr(hid_t t, std::string& out, std::string& why) {
       return true;
     }
     case H5T_STRING:
-      if (H5Tis_variable_str(t) > 0) {
+      if (is_variable_str(t)) {
         why = "variable-length string";
         return false;
       }
@@ -178,8 +180,7 @@ bool scalar_typestr(hid_t t, std::string& out, std::string& why) {
         out = "|b1";
         return true;
       }
-      Handle super(H5Tget_super(t));
-      return scalar_typestr(super.get(), out, why);
+      return scalar_typestr(type_super(t).get(), out, why);
     }
     case H5T_REFERENCE: why = "object or region reference"; return false;
     case H5T_VLEN: why = "variable-length sequence"; return false;
@@ -189,13 +190,13 @@ bool scalar_typestr(hid_t t, std::string& out, std::string& why) {
 }
 
 bool complex_typestr(hid_t t, std::string& out) {
-  if (H5Tget_nmembers(t) != 2) return false;
+  if (type_nmembers(t) != 2) return false;
   if (try_member_name(t, 0) != "r" || try_member_name(t, 1) != "i") return false;
-  Handle t0(H5Tget_member_type(t, 0)), t1(H5Tget_member_type(t, 1));
-  if (H5Tget_class(t0.get()) != H5T_FLOAT || H5Tequal(t0.get(), t1.get()) <= 0) return false;
-  size_t fs = H5Tget_size(t0.get());
-  if ((fs != 4 && fs != 8) || H5Tget_member_offset(t, 0) != 0 || H5Tget_member_offset(t, 1) != fs ||
-      H5Tget_size(t) != 2 * fs)
+  Handle t0 = member_type(t, 0), t1 = member_type(t, 1);
+  if (type_class(t0.get()) != H5T_FLOAT || !type_equal(t0.get(), t1.get())) return false;
+  size_t fs = type_size(t0.get(), "compound member");
+  if ((fs != 4 && fs != 8) || member_offset(t, 0) != 0 || member_offset(t, 1) != fs ||
+      type_size(t, "compound") != 2 * fs)
     return false;
   out = std::string(1, order_char(t0.get(), fs)) + "c" + std::to_string(2 * fs);
   return true;
@@ -203,13 +204,11 @@ bool complex_typestr(hid_t t, std::string& out) {
 
 bool convert(hid_t t, DType& out, Shape* subshape, std::string& why) {
   out = DType{};
-  out.itemsize = H5Tget_size(t);
-  H5T_class_t cls = H5Tget_class(t);
+  out.itemsize = type_size(t, "datatype");
+  H5T_class_t cls = type_class(t);
   if (cls == H5T_ARRAY) {
-    int nd = H5Tget_array_ndims(t);
-    std::vector<hsize_t> dims(static_cast<size_t>(std::max(nd, 0)));
-    H5Tget_array_dims2(t, dims.data());
-    Handle super(H5Tget_super(t));
+    const std::vector<hsize_t> dims = array_dims(t);
+    Handle super = type_super(t);
     Shape inner;
     if (!convert(super.get(), out, &inner, why)) return false;
     if (!subshape) {
@@ -222,18 +221,18 @@ bool convert(hid_t t, DType& out, Shape* subshape, std::string& why) {
   }
   if (cls == H5T_COMPOUND) {
     if (complex_typestr(t, out.typestr)) return true;
-    int n = H5Tget_nmembers(t);
+    int n = type_nmembers(t);
     for (int i = 0; i < n; ++i) {
       Field f;
       f.name = try_member_name(t, static_cast<unsigned>(i)).value_or("");
-      f.offset = H5Tget_member_offset(t, static_cast<unsigned>(i));
-      Handle mt(H5Tget_member_type(t, static_cast<unsigned>(i)));
+      f.offset = member_offset(t, static_cast<unsigned>(i));
+      Handle mt = member_type(t, static_cast<unsigned>(i));
       DType ft;
       if (!convert(mt.get(), ft, &f.subshape, why)) {
         why = "member '" + f.name + "': " + why;
         return false;
       }
-      if (ft.itemsize * std::max<uint64_t>(1, product(f.subshape)) != H5Tget_size(mt.get())) {
+      if (ft.itemsize * std::max<uint64_t>(1, product(f.subshape)) != type_size(mt.get(), "compound member")) {
         why = "member '" + f.name + "': a float that h5py widens (" + ft.typestr + ")";
         return false;
       }
@@ -252,22 +251,22 @@ bool convert(hid_t t, DType& out, Shape* subshape, std::string& why) {
 }
 
 bool has_bitfield(hid_t m) {
-  const H5T_class_t c = H5Tget_class(m);
+  const H5T_class_t c = type_class(m);
   if (c == H5T_BITFIELD) return true;
-  if (c == H5T_ARRAY) return has_bitfield(Handle(H5Tget_super(m)).get());
+  if (c == H5T_ARRAY) return has_bitfield(type_super(m).get());
   if (c != H5T_COMPOUND) return false;
-  for (int i = 0, k = H5Tget_nmembers(m); i < k; ++i)
-    if (has_bitfield(Handle(H5Tget_member_type(m, static_cast<unsigned>(i))).get())) return true;
+  for (int i = 0, k = type_nmembers(m); i < k; ++i)
+    if (has_bitfield(member_type(m, static_cast<unsigned>(i)).get())) return true;
   return false;
 }
 
 bool needs_conversion_impl(hid_t t, std::string& why) {
-  const size_t size = H5Tget_size(t);
-  switch (H5Tget_class(t)) {
+  const size_t size = type_size(t, "datatype");
+  switch (type_class(t)) {
     case H5T_INTEGER:
     case H5T_BITFIELD: {
-      const size_t prec = H5Tget_precision(t);
-      const int off = H5Tget_offset(t);
+      const size_t prec = type_precision(t);
+      const int off = type_offset(t);
       if (prec != 8 * size || off != 0) {
         why = "integer of " + std::to_string(prec) + " bits at bit offset " + std::to_string(off) +
               " in " + std::to_string(size) + " bytes";
@@ -277,35 +276,32 @@ bool needs_conversion_impl(hid_t t, std::string& why) {
     }
     case H5T_FLOAT: {
       if (is_ieee(t, size) || is_native_ldouble(t)) return false;
-      size_t spos, epos, esize, mpos, msize;
-      H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize);
+      const FloatFields fl = type_fields(t);
       why = "float of " + std::to_string(size) + " bytes that is not IEEE (exponent bias " +
-            std::to_string(H5Tget_ebias(t)) + ", " + std::to_string(esize) + " exponent and " +
-            std::to_string(msize) + " mantissa bits), served as h5py's float" +
+            std::to_string(type_ebias(t)) + ", " + std::to_string(fl.esize) + " exponent and " +
+            std::to_string(fl.msize) + " mantissa bits), served as h5py's float" +
             std::to_string(8 * served_float_size(t));
       return true;
     }
     case H5T_STRING:
-      if (H5Tis_variable_str(t) <= 0 && H5Tget_strpad(t) != H5T_STR_NULLPAD) {
-        why = H5Tget_strpad(t) == H5T_STR_SPACEPAD ? "space-padded fixed strings"
+      if (!is_variable_str(t) && type_strpad(t) != H5T_STR_NULLPAD) {
+        why = type_strpad(t) == H5T_STR_SPACEPAD ? "space-padded fixed strings"
                                                    : "NUL-terminated fixed strings";
         return true;
       }
       return false;
     case H5T_ENUM:
     case H5T_ARRAY: {  // the base (element) type decides
-      Handle super(H5Tget_super(t));
-      return needs_conversion_impl(super.get(), why);
+      return needs_conversion_impl(type_super(t).get(), why);
     }
     case H5T_COMPOUND: {
-      const int n = H5Tget_nmembers(t);
+      const int n = type_nmembers(t);
       if (gaps_read_as_zeros(t)) {
         why = "compound of bitfields with bytes between its members (h5py converts it: they read as zeros)";
         return true;
       }
       for (int i = 0; i < n; ++i) {
-        Handle mt(H5Tget_member_type(t, static_cast<unsigned>(i)));
-        if (needs_conversion_impl(mt.get(), why)) {
+        if (needs_conversion_impl(member_type(t, static_cast<unsigned>(i)).get(), why)) {
           why = "member '" + try_member_name(t, static_cast<unsigned>(i)).value_or("") + "': " + why;
           return true;
         }
@@ -317,75 +313,70 @@ bool needs_conversion_impl(hid_t t, std::string& why) {
 }
 
 Handle standard_type_impl(hid_t t) {
-  const size_t size = H5Tget_size(t);
-  const bool be = H5Tget_order(t) == H5T_ORDER_BE;
-  const H5T_class_t cls = H5Tget_class(t);
+  const size_t size = type_size(t, "datatype");
+  // Asked only of the classes that have a byte order (libhdf5 1.8 refuses it for a compound).
+  auto order = [&] { return type_order(t) == H5T_ORDER_BE ? H5T_ORDER_BE : H5T_ORDER_LE; };
+  const H5T_class_t cls = type_class(t);
   switch (cls) {
     case H5T_INTEGER:
     case H5T_BITFIELD: {  // all bits used, none offset
-      Handle s(H5Tcopy(cls == H5T_BITFIELD          ? H5T_STD_B8LE
-                       : H5Tget_sign(t) == H5T_SGN_2 ? H5T_STD_I8LE
-                                                     : H5T_STD_U8LE));
-      check(H5Tset_size(s.get(), size), "H5Tset_size");
-      check(H5Tset_precision(s.get(), 8 * size), "H5Tset_precision");
-      check(H5Tset_order(s.get(), be ? H5T_ORDER_BE : H5T_ORDER_LE), "H5Tset_order");
+      Handle s = copy_type(cls == H5T_BITFIELD          ? H5T_STD_B8LE
+                           : type_sign(t) == H5T_SGN_2 ? H5T_STD_I8LE
+                                                       : H5T_STD_U8LE);
+      set_size(s.get(), size);
+      set_precision(s.get(), 8 * size);
+      set_order(s.get(), order());
       return s;
     }
     case H5T_FLOAT: {
       FloatLayout l{};
       const size_t served = served_float_size(t);
-      if (served == 16) return Handle(check(H5Tcopy(H5T_NATIVE_LDOUBLE), "H5Tcopy"));
-      if (!ieee_layout(served, l)) return Handle(check(H5Tcopy(t), "H5Tcopy"));
-      Handle s(H5Tcopy(served == 8 ? H5T_IEEE_F64LE : H5T_IEEE_F32LE));
+      if (served == 16) return copy_type(H5T_NATIVE_LDOUBLE);
+      if (!ieee_layout(served, l)) return copy_type(t);
+      Handle s = copy_type(served == 8 ? H5T_IEEE_F64LE : H5T_IEEE_F32LE);
       if (served == 2) {  // binary16, built the way h5py builds its float16 type
-        check(H5Tset_fields(s.get(), l.spos, l.epos, l.esize, l.mpos, l.msize), "H5Tset_fields");
-        check(H5Tset_size(s.get(), 2), "H5Tset_size");
-        check(H5Tset_ebias(s.get(), l.ebias), "H5Tset_ebias");
+        set_fields(s.get(), FloatFields{l.spos, l.epos, l.esize, l.mpos, l.msize});
+        set_size(s.get(), 2);
+        set_ebias(s.get(), l.ebias);
       }
-      check(H5Tset_order(s.get(), be ? H5T_ORDER_BE : H5T_ORDER_LE), "H5Tset_order");
+      set_order(s.get(), order());
       return s;
     }
     case H5T_STRING: {
-      Handle s(check(H5Tcopy(t), "H5Tcopy"));
-      if (H5Tis_variable_str(t) <= 0) check(H5Tset_strpad(s.get(), H5T_STR_NULLPAD), "H5Tset_strpad");
+      Handle s = copy_type(t);
+      if (!is_variable_str(t)) set_strpad(s.get(), H5T_STR_NULLPAD);
       return s;
     }
     case H5T_ENUM: {
-      Handle fsuper(H5Tget_super(t));
+      Handle fsuper = type_super(t);
       Handle ssuper = standard_type_impl(fsuper.get());
-      Handle s(check(H5Tenum_create(ssuper.get()), "H5Tenum_create"));
-      const size_t fs = H5Tget_size(fsuper.get());
+      Handle s = enum_type(ssuper.get());
+      const size_t fs = type_size(fsuper.get(), "enum base");
       std::vector<uint8_t> v(std::max<size_t>(fs, 8) * 2);
-      for (int i = 0, n = H5Tget_nmembers(t); i < n; ++i) {
+      for (int i = 0, n = type_nmembers(t); i < n; ++i) {
         const std::string name = try_member_name(t, static_cast<unsigned>(i)).value_or("");
         std::fill(v.begin(), v.end(), 0);
-        H5Tget_member_value(t, static_cast<unsigned>(i), v.data());
-        const herr_t ok = H5Tconvert(fsuper.get(), ssuper.get(), 1, v.data(), nullptr, H5P_DEFAULT);
-        check(ok < 0 ? ok : H5Tenum_insert(s.get(), name.c_str(), v.data()), "H5Tenum_insert");
+        member_value(t, static_cast<unsigned>(i), v.data());
+        convert_values(fsuper.get(), ssuper.get(), 1, v.data());
+        enum_insert(s.get(), name, v.data());
       }
       return s;
     }
     case H5T_ARRAY: {
-      Handle super(H5Tget_super(t));
-      Handle ssuper = standard_type_impl(super.get());
-      const int nd = H5Tget_array_ndims(t);
-      std::vector<hsize_t> dims(static_cast<size_t>(std::max(nd, 0)));
-      H5Tget_array_dims2(t, dims.data());
-      return Handle(check(H5Tarray_create2(ssuper.get(), static_cast<unsigned>(nd), dims.data()),
-                          "H5Tarray_create2"));
+      Handle ssuper = standard_type_impl(type_super(t).get());
+      return array_type(ssuper.get(), array_dims(t));
     }
     case H5T_COMPOUND: {
-      Handle s(check(H5Tcreate(H5T_COMPOUND, size), "H5Tcreate"));
-      for (int i = 0, n = H5Tget_nmembers(t); i < n; ++i) {
+      Handle s = create_type(H5T_COMPOUND, size);
+      for (int i = 0, n = type_nmembers(t); i < n; ++i) {
         const unsigned k = static_cast<unsigned>(i);
         const std::string name = try_member_name(t, k).value_or("");
-        Handle mt(H5Tget_member_type(t, k));
-        Handle smt = standard_type_impl(mt.get());
-        check(H5Tinsert(s.get(), name.c_str(), H5Tget_member_offset(t, k), smt.get()), "H5Tinsert");
+        Handle smt = standard_type_impl(member_type(t, k).get());
+        insert_member(s.get(), name, member_offset(t, k), smt.get());
       }
       return s;
     }
-    default: return Handle(check(H5Tcopy(t), "H5Tcopy"));
+    default: return copy_type(t);
   }
 }
 
@@ -394,13 +385,13 @@ Handle standard_type_impl(hid_t t) {
 bool needs_conversion(hid_t type, std::string& why) { return needs_conversion_impl(type, why); }
 
 bool gaps_read_as_zeros(hid_t t) {
-  if (H5Tget_class(t) != H5T_COMPOUND) return false;
+  if (type_class(t) != H5T_COMPOUND) return false;
   // Bytes no member covers (the file may hold anything there).
-  const size_t size = H5Tget_size(t);
+  const size_t size = type_size(t, "compound");
   std::vector<bool> covered(size, false);
-  for (int i = 0, n = H5Tget_nmembers(t); i < n; ++i) {
-    Handle mt(H5Tget_member_type(t, static_cast<unsigned>(i)));
-    const size_t off = H5Tget_member_offset(t, static_cast<unsigned>(i)), ms = H5Tget_size(mt.get());
+  for (int i = 0, n = type_nmembers(t); i < n; ++i) {
+    const size_t off = member_offset(t, static_cast<unsigned>(i));
+    const size_t ms = type_size(member_type(t, static_cast<unsigned>(i)).get(), "compound member");
     for (size_t k = off; k < std::min(size, off + ms); ++k) covered[k] = true;
   }
   // h5py converts bitfields (to unsigned integers) and then has zeros there; without that
@@ -431,11 +422,11 @@ const char* class_name(H5T_class_t c) {
 }  // namespace
 
 bool dtype_from_h5(hid_t type, DType& out, Shape& folded, std::string& why, std::string& desc) {
-  H5T_class_t cls = H5Tget_class(type);
+  H5T_class_t cls = type_class(type);
   desc = class_name(cls);
-  if (cls == H5T_STRING) desc = H5Tis_variable_str(type) > 0 ? "variable-length string" : "fixed-length string";
+  if (cls == H5T_STRING) desc = is_variable_str(type) ? "variable-length string" : "fixed-length string";
   if (cls == H5T_INTEGER || cls == H5T_FLOAT)
-    desc += std::to_string(H5Tget_size(type) * 8) + (H5Tget_order(type) == H5T_ORDER_BE ? " big-endian" : " little-endian");
+    desc += std::to_string(type_size(type, "datatype") * 8) + (type_order(type) == H5T_ORDER_BE ? " big-endian" : " little-endian");
   folded.clear();
   if (convert(type, out, &folded, why)) return true;
   out = DType{};  // no partial dtype (a compound converted up to its first vlen member)
@@ -455,90 +446,85 @@ Value nest(const std::vector<Value>& flat, const Shape& shape, size_t dim, uint6
 }  // namespace
 
 Value read_value(hid_t obj, bool is_attr, uint64_t max_elements) {
-  Handle type(is_attr ? H5Aget_type(obj) : H5Dget_type(obj));
-  Handle space(is_attr ? H5Aget_space(obj) : H5Dget_space(obj));
+  Handle type = is_attr ? try_attribute_type(obj) : try_dataset_type(obj);
+  Handle space = is_attr ? try_attribute_space(obj) : try_dataset_space(obj);
   if (!type || !space) return Value::string("<unreadable>");
-  H5S_class_t sc = H5Sget_simple_extent_type(space.get());
+  H5S_class_t sc = extent_type(space.get(), "value");
   if (sc == H5S_NULL) return Value::null();
-  int rank = H5Sget_simple_extent_ndims(space.get());
-  std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 0)));
-  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  const std::vector<hsize_t> dims = extent_dims(space.get(), "value");
   Shape shape(dims.begin(), dims.end());
   const uint64_t n = product(shape);
   if (n > max_elements) return Value::string("<" + std::to_string(n) + " elements, too many to show>");
   // Every size comes from the file: the buffers below (and libhdf5's conversion buffers) are
   // n x the type's size. A real value fits in its file (attributes live in object headers,
   // data in the file); 16 MiB more leaves room for fill values of unallocated small datasets.
+  const size_t tsize = type_size(type.get(), "value");
   {
-    hsize_t fsize = 0;
-    const hid_t fid = H5Iget_file_id(obj);
-    if (fid >= 0) {
-      H5Fget_filesize(fid, &fsize);
-      H5Fclose(fid);
-    }
-    const unsigned __int128 bytes = static_cast<unsigned __int128>(n) * H5Tget_size(type.get());
+    const uint64_t fsize = file_size(file_of(obj).get());
+    const unsigned __int128 bytes = static_cast<unsigned __int128>(n) * tsize;
     if (bytes > static_cast<unsigned __int128>(fsize) + (16u << 20))
-      return Value::string("<" + std::to_string(n) + " elements of " + std::to_string(H5Tget_size(type.get())) +
+      return Value::string("<" + std::to_string(n) + " elements of " + std::to_string(tsize) +
                            " bytes, more than the file holds: a damaged type or dataspace>");
   }
+  // A read libhdf5 refuses is an answer: the value is unreadable (`why`: libhdf5's reason).
+  std::string why;
   auto rd = [&](hid_t mtype, void* buf) {
-    if (is_attr) return H5Aread(obj, mtype, buf);
+    if (is_attr) return try_attribute_read(obj, mtype, buf, why);
     Handle xfer = transfer_for(type.get(), mtype, n);
-    return H5Dread(obj, mtype, H5S_ALL, H5S_ALL, xfer.get(), buf);
+    return try_read(obj, mtype, H5S_ALL, H5S_ALL, xfer.get(), buf, why);
   };
   std::vector<Value> flat;
   flat.reserve(n);
-  H5T_class_t cls = H5Tget_class(type.get());
+  H5T_class_t cls = type_class(type.get());
   if (cls == H5T_STRING) {
-    if (H5Tis_variable_str(type.get()) > 0) {
-      Handle mt(H5Tcopy(H5T_C_S1));
-      H5Tset_size(mt.get(), H5T_VARIABLE);
-      H5Tset_cset(mt.get(), H5Tget_cset(type.get()));
+    if (is_variable_str(type.get())) {
+      Handle mt = copy_type(H5T_C_S1);
+      set_size(mt.get(), H5T_VARIABLE);
+      set_cset(mt.get(), type_cset(type.get()));
       std::vector<char*> buf(n, nullptr);
-      if (n && rd(mt.get(), buf.data()) < 0) return Value::string("<unreadable: " + error_stack() + ">");
+      if (n && !rd(mt.get(), buf.data())) return Value::string("<unreadable: " + why + ">");
       for (auto* s : buf) flat.push_back(Value::string(s ? s : ""));
       if (n) {
         if (is_attr) {
-          for (auto* s : buf) H5free_memory(s);
+          for (auto* s : buf) free_memory(s, "variable-length string");
         } else {
           vlen_reclaim(mt.get(), space.get(), buf.data(), "variable-length strings");
         }
       }
     } else {
-      size_t sz = H5Tget_size(type.get());
-      std::vector<char> buf(n * sz);
-      if (n && rd(type.get(), buf.data()) < 0) return Value::string("<unreadable: " + error_stack() + ">");
+      const bool spacepad = type_strpad(type.get()) == H5T_STR_SPACEPAD;
+      std::vector<char> buf(n * tsize);
+      if (n && !rd(type.get(), buf.data())) return Value::string("<unreadable: " + why + ">");
       for (uint64_t i = 0; i < n; ++i) {
-        std::string s(&buf[i * sz], sz);
+        std::string s(&buf[i * tsize], tsize);
         auto end = s.find('\0');
         if (end != std::string::npos) s.resize(end);
-        while (!s.empty() && s.back() == ' ' && H5Tget_strpad(type.get()) == H5T_STR_SPACEPAD) s.pop_back();
+        while (!s.empty() && s.back() == ' ' && spacepad) s.pop_back();
         flat.push_back(Value::string(s));
       }
     }
   } else if (cls == H5T_ENUM && is_h5py_bool(type.get())) {
     std::vector<int8_t> buf(n);
-    if (n && rd(type.get(), buf.data()) < 0) return Value::string("<unreadable>");
+    if (n && !rd(type.get(), buf.data())) return Value::string("<unreadable>");
     for (auto v : buf) flat.push_back(Value::boolean(v != 0));
   } else if (cls == H5T_INTEGER || cls == H5T_ENUM || cls == H5T_BITFIELD) {
-    bool sign = cls != H5T_BITFIELD && H5Tget_sign(cls == H5T_ENUM ? Handle(H5Tget_super(type.get())).get() : type.get()) == H5T_SGN_2;
+    bool sign = cls != H5T_BITFIELD && type_sign(cls == H5T_ENUM ? type_super(type.get()).get() : type.get()) == H5T_SGN_2;
     if (sign) {
       std::vector<int64_t> buf(n);
-      if (n && rd(H5T_NATIVE_INT64, buf.data()) < 0) return Value::string("<unreadable>");
+      if (n && !rd(H5T_NATIVE_INT64, buf.data())) return Value::string("<unreadable>");
       for (auto v : buf) flat.push_back(Value::integer(v));
     } else {
       std::vector<uint64_t> buf(n);
-      if (n && rd(H5T_NATIVE_UINT64, buf.data()) < 0) return Value::string("<unreadable>");
+      if (n && !rd(H5T_NATIVE_UINT64, buf.data())) return Value::string("<unreadable>");
       for (auto v : buf) flat.push_back(Value::uinteger(v));
     }
   } else if (cls == H5T_FLOAT) {
     std::vector<double> buf(n);
-    if (n && rd(H5T_NATIVE_DOUBLE, buf.data()) < 0) return Value::string("<unreadable>");
+    if (n && !rd(H5T_NATIVE_DOUBLE, buf.data())) return Value::string("<unreadable>");
     for (auto v : buf) flat.push_back(Value::number(v));
   } else {
     return Value::string(std::string("<") + class_name(cls) + " value>");
   }
-  H5Eclear2(H5E_DEFAULT);
   if (sc == H5S_SCALAR) return flat.empty() ? Value::null() : flat[0];
   uint64_t pos = 0;
   return nest(flat, shape, 0, pos);

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/filters/filters.h"
 #include "core/h5lib/h5lib.h"
+#include "core/h5lib/h5types_api.h"
 #include "core/log.h"
 #include "core/write/write_internal.h"
 
@@ -26,7 +27,7 @@ using detail::TypeStr;
 h5::Handle make_type(const TypeStr& ts) {
   const bool be = ts.big_endian;
   const size_t size = ts.size;
-  auto copy = [](hid_t t) { return h5::check(H5Tcopy(t), "H5Tcopy"); };
+  auto copy = [](hid_t t) { return h5::copy_type(t); };
   switch (ts.kind) {
     case 'u':
     case 'i': {
@@ -43,23 +44,23 @@ h5::Handle make_type(const TypeStr& ts) {
       return copy(be ? H5T_IEEE_F64BE : H5T_IEEE_F64LE);
     case 'c': {
       hid_t f = size == 8 ? (be ? H5T_IEEE_F32BE : H5T_IEEE_F32LE) : (be ? H5T_IEEE_F64BE : H5T_IEEE_F64LE);
-      h5::Handle t = h5::check(H5Tcreate(H5T_COMPOUND, size), "H5Tcreate");
-      h5::check(H5Tinsert(t.get(), "r", 0, f), "H5Tinsert");
-      h5::check(H5Tinsert(t.get(), "i", size / 2, f), "H5Tinsert");
+      h5::Handle t = h5::create_type(H5T_COMPOUND, size);
+      h5::insert_member(t.get(), "r", 0, f);
+      h5::insert_member(t.get(), "i", size / 2, f);
       return t;
     }
     case 'b': {
-      h5::Handle t = h5::check(H5Tenum_create(H5T_NATIVE_INT8), "H5Tenum_create");
+      h5::Handle t = h5::enum_type(H5T_NATIVE_INT8);
       int8_t v = 0;
-      h5::check(H5Tenum_insert(t.get(), "FALSE", &v), "H5Tenum_insert");
+      h5::enum_insert(t.get(), "FALSE", &v);
       v = 1;
-      h5::check(H5Tenum_insert(t.get(), "TRUE", &v), "H5Tenum_insert");
+      h5::enum_insert(t.get(), "TRUE", &v);
       return t;
     }
     default: {  // 'S'
       h5::Handle t = copy(H5T_C_S1);
-      h5::check(H5Tset_size(t.get(), size), "H5Tset_size");
-      h5::check(H5Tset_strpad(t.get(), H5T_STR_NULLPAD), "H5Tset_strpad");
+      h5::set_size(t.get(), size);
+      h5::set_strpad(t.get(), H5T_STR_NULLPAD);
       return t;
     }
   }
@@ -72,11 +73,7 @@ std::vector<hsize_t> to_hsize(const std::vector<uint64_t>& v) { return {v.begin(
 // never "absent". libhdf5 1.10 fails H5Lexists on a missing group on the way instead of
 // answering false, so the links on the way are asked for one by one, outermost first.
 bool link_exists(hid_t loc, const std::string& p, const std::string& what) {
-  auto ask = [&](const std::string& link) {
-    const htri_t r = H5Lexists(loc, link.c_str(), H5P_DEFAULT);
-    h5::check(static_cast<herr_t>(r), what + ": H5Lexists");
-    return r > 0;
-  };
+  auto ask = [&](const std::string& link) { return h5::link_exists(loc, link, what); };
   bool any = false;
   for (size_t end = 0;;) {
     const size_t start = p.find_first_not_of('/', end);
@@ -97,19 +94,23 @@ class LocalWriteFile final : public WriteFile {
     // No HDF5 file locking, as H5File opens files for reading (where both opens are in one
     // process they share one file in libhdf5, which refuses differing locking flags); other
     // processes may read the file meanwhile.
-    h5::Handle fapl = h5::check(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
-    h5::check(H5Pset_file_locking(fapl.get(), false, true), "H5Pset_file_locking");
-    fid_ = h5::Handle(H5Fcreate(path_.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get()));
-    if (!fid_) {
+    h5::Handle fapl = h5::create_plist(H5P_FILE_ACCESS);
+    h5::set_file_locking(fapl.get(), false, true);
+    try {
+      fid_ = h5::create_file(path_, H5F_ACC_EXCL, fapl.get(), "cannot create HDF5 file " + path_);
+    } catch (const Error&) {
       struct stat st;
       if (::lstat(path_.c_str(), &st) == 0) fail(EEXIST, path_ + " exists");
-      h5::fail_h5(EIO, "cannot create HDF5 file " + path_);
+      throw;
     }
-    if (H5Fflush(fid_.get(), H5F_SCOPE_LOCAL) < 0) log::warn(path_ + ": H5Fflush failed: " + h5::error_stack());
-    void* vfd = nullptr;
-    h5::check(H5Fget_vfd_handle(fid_.get(), H5P_DEFAULT, &vfd), path_ + ": H5Fget_vfd_handle");
+    try {
+      h5::flush(fid_.get(), path_ + ": H5Fflush");
+    } catch (const Error& e) {  // the file is there; a later flush reports what is still wrong
+      log::warn(std::string(e.what()));
+    }
     struct stat created;
-    if (!vfd || ::fstat(*static_cast<int*>(vfd), &created) != 0) fail(EIO, path_ + ": cannot see the file libhdf5 created");
+    if (::fstat(h5::vfd_descriptor(fid_.get(), path_), &created) != 0)
+      fail(EIO, path_ + ": cannot see the file libhdf5 created");
     dev = created.st_dev;
     ino = created.st_ino;
   }
@@ -129,8 +130,7 @@ class LocalWriteFile final : public WriteFile {
 
   void create_group(const std::string& p) override {
     auto lk = h5::lock();
-    h5::Handle g = h5::check(H5Gcreate2(file(), p.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                             path_ + ":" + p + ": H5Gcreate");
+    h5::Handle g = h5::create_group(file(), p, path_ + ":" + p);
     g.reset();
     flush();
   }
@@ -147,40 +147,36 @@ class LocalWriteFile final : public WriteFile {
     h5::Handle type = make_type(parse_typestr(spec.typestr));
     const size_t rank = spec.shape.size();
     std::vector<hsize_t> dims(spec.shape.begin(), spec.shape.end());
-    h5::Handle space = rank == 0 ? h5::check(H5Screate(H5S_SCALAR), "H5Screate")
-                                 : h5::check(H5Screate_simple(int(rank), dims.data(), nullptr), "H5Screate_simple");
-    h5::Handle dcpl = h5::check(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate");
+    h5::Handle space = rank == 0 ? h5::create_scalar_space() : h5::create_simple_space(dims);
+    h5::Handle dcpl = h5::create_plist(H5P_DATASET_CREATE);
     const bool chunked = !plan.chunks.empty();
     if (chunked) {
       std::vector<hsize_t> cd(plan.chunks.begin(), plan.chunks.end());
-      h5::check(H5Pset_chunk(dcpl.get(), int(rank), cd.data()), what + ": H5Pset_chunk");
+      h5::set_chunk(dcpl.get(), cd, what);
       for (const auto& f : plan.pipeline) {
         if (f.id == filters::kDeflate) {
-          h5::check(H5Pset_deflate(dcpl.get(), f.cd_values.at(0)), "H5Pset_deflate");
+          h5::set_deflate(dcpl.get(), f.cd_values.at(0));
         } else if (f.id == filters::kShuffle) {
-          h5::check(H5Pset_shuffle(dcpl.get()), "H5Pset_shuffle");
+          h5::set_shuffle(dcpl.get());
         } else {
           // Optional: libhdf5 then accepts the pipeline even when the plugin is not installed
           // here (chunks are compressed by the daemon and written directly; readers need it).
-          h5::check(H5Pset_filter(dcpl.get(), static_cast<H5Z_filter_t>(f.id), H5Z_FLAG_OPTIONAL,
-                                  f.cd_values.size(), f.cd_values.data()),
-                    what + ": H5Pset_filter " + filters::filter_name(f.id));
+          h5::set_filter(dcpl.get(), static_cast<H5Z_filter_t>(f.id), H5Z_FLAG_OPTIONAL, f.cd_values,
+                         what + ": H5Pset_filter " + filters::filter_name(f.id));
         }
       }
     } else {
-      h5::check(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS), "H5Pset_layout");
-      h5::check(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time");
-      h5::check(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
+      h5::set_layout(dcpl.get(), H5D_CONTIGUOUS);
+      h5::set_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
+      h5::set_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
     }
-    h5::Handle did = h5::check(H5Dcreate2(file(), p.c_str(), type.get(), space.get(), H5P_DEFAULT, dcpl.get(),
-                                          H5P_DEFAULT),
-                               what + ": H5Dcreate");
+    h5::Handle did = h5::create_dataset(file(), p, type.get(), space.get(), dcpl.get(), what);
     uint64_t addr = 0;
     if (chunked) {
       dsets_[p] = std::move(did);
     } else if (plan.nbytes) {
-      const haddr_t a = H5Dget_offset(did.get());
-      if (a == HADDR_UNDEF) h5::fail_h5(EIO, what + ": no file offset (H5Dget_offset)");
+      const haddr_t a = h5::try_dataset_offset(did.get());
+      if (a == HADDR_UNDEF) fail(EIO, what + ": no file offset (H5Dget_offset)");
       addr = a;
     }
     did.reset();
@@ -192,8 +188,7 @@ class LocalWriteFile final : public WriteFile {
                    const std::vector<uint8_t>& bytes) override {
     auto lk = h5::lock();
     const auto offs = to_hsize(offset);
-    h5::check(H5Dwrite_chunk(dataset(p), H5P_DEFAULT, 0, offs.data(), bytes.size(), bytes.data()),
-              path_ + ":" + p + ": H5Dwrite_chunk");
+    h5::write_chunk(dataset(p), offs, bytes.data(), bytes.size(), path_ + ":" + p);
   }
 
   std::vector<uint8_t> read_chunk(const std::string& p, const std::vector<uint64_t>& offset, uint64_t size,
@@ -201,14 +196,13 @@ class LocalWriteFile final : public WriteFile {
     auto lk = h5::lock();
     const auto offs = to_hsize(offset);
     const hid_t did = dataset(p);
-    hsize_t sz = 0;
-    h5::check(H5Dget_chunk_storage_size(did, offs.data(), &sz), path_ + ":" + p + ": H5Dget_chunk_storage_size");
+    const hsize_t sz = h5::chunk_storage_size(did, offs, path_ + ":" + p);
     if (sz != size)
       fail(EIO, path_ + ":" + p + ": the chunk in the file has " + std::to_string(sz) + " bytes, " +
                     std::to_string(size) + " were written (the file was changed behind the writer)");
     std::vector<uint8_t> out(sz);
     mask = 0;
-    h5::check(H5Dread_chunk(did, H5P_DEFAULT, offs.data(), &mask, out.data()), path_ + ":" + p + ": H5Dread_chunk");
+    h5::read_chunk(did, offs, mask, out.data(), path_ + ":" + p);
     return out;
   }
 
@@ -219,17 +213,22 @@ class LocalWriteFile final : public WriteFile {
 
   void flush() override {
     auto lk = h5::lock();
-    h5::check(H5Fflush(file(), H5F_SCOPE_LOCAL), path_ + ": H5Fflush");
+    h5::flush(file(), path_ + ": H5Fflush");
   }
 
   void close() override {
     auto lk = h5::lock();
     if (!fid_) return;
     dsets_.clear();
+    // Closed even when the last flush fails; that failure is then reported.
     std::string err;
-    if (H5Fflush(fid_.get(), H5F_SCOPE_LOCAL) < 0) err = h5::error_stack();
+    try {
+      h5::flush(fid_.get(), path_ + ": H5Fflush");
+    } catch (const Error& e) {
+      err = e.what();
+    }
     fid_.reset();
-    if (!err.empty()) fail(EIO, path_ + ": H5Fflush: " + err);
+    if (!err.empty()) fail(EIO, err);
   }
 
  private:
