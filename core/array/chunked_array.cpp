@@ -36,7 +36,7 @@ class ParallelSource final : public fmt::ByteSource {
       const uint64_t n = std::min<uint64_t>({len, fd_.size() - off, Engine::kMaxScratchRequest});
       tasks.push_back([this, off = off, n] {
         try {
-          e_.read_into_page_cache(fd_.fd(), off, n, fd_.path() + " (chunk index)");
+          e_.read_into_page_cache(fd_.fd(), off, n, fd_.path() + " (chunk index)", Engine::ReadKind::Data);
         } catch (const std::exception&) {
           // A hint: the parser's own read reports what is wrong.
         }

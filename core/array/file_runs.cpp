@@ -134,12 +134,8 @@ void plan_readahead(Engine& engine, const std::string& path, const FileIdentity&
       plan.add([&engine, path, id, what, off, n] {
         try {
           auto fd = engine.fds().get(path, &id);
-          if (engine.read_into_page_cache(fd->fd(), off, n, what + " (read-ahead)")) {
-            engine.stats().bytes_pread.fetch_sub(n, std::memory_order_relaxed);  // counted apart
-            engine.stats().readahead_bytes.fetch_add(n, std::memory_order_relaxed);
-          } else {
+          if (!engine.read_into_page_cache(fd->fd(), off, n, what + " (read-ahead)", Engine::ReadKind::ReadAhead))
             engine.stats().readahead_resident_bytes.fetch_add(n, std::memory_order_relaxed);
-          }
         } catch (const std::exception&) {
           // Read-ahead only: the reader's own read reports what is wrong.
         }

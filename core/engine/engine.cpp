@@ -138,15 +138,16 @@ void Engine::source_read(int fd, void* buf, uint64_t n, uint64_t off, const std:
   counted_read(fd, buf, n, off, what, !source_resident(fd, off, n));
 }
 
-bool Engine::read_into_page_cache(int fd, uint64_t off, uint64_t n, const std::string& what) {
+bool Engine::read_into_page_cache(int fd, uint64_t off, uint64_t n, const std::string& what, ReadKind kind) {
   if (n == 0 || source_resident(fd, off, n)) return false;
   thread_local std::vector<uint8_t> scratch;  // at most kMaxScratchRequest per worker
   if (scratch.size() < n) scratch.resize(n);
-  counted_read(fd, scratch.data(), n, off, what, /*cold=*/true);
+  counted_read(fd, scratch.data(), n, off, what, /*cold=*/true, kind);
   return true;
 }
 
-void Engine::counted_read(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what, bool cold) {
+void Engine::counted_read(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what, bool cold,
+                          ReadKind kind) {
   const uint64_t now = stats_.source_in_flight.fetch_add(1, std::memory_order_relaxed) + 1;
   uint64_t max = stats_.source_in_flight_max.load(std::memory_order_relaxed);
   while (now > max && !stats_.source_in_flight_max.compare_exchange_weak(max, now, std::memory_order_relaxed)) {
@@ -165,7 +166,7 @@ void Engine::counted_read(int fd, void* buf, uint64_t n, uint64_t off, const std
     pread_exact(fd, buf, n, off, what);
   }
   stats_.source_requests.fetch_add(1, std::memory_order_relaxed);
-  stats_.bytes_pread.fetch_add(n, std::memory_order_relaxed);
+  (kind == ReadKind::ReadAhead ? stats_.readahead_bytes : stats_.bytes_pread).fetch_add(n, std::memory_order_relaxed);
   if (dbg) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     log::debug("source read " + what + " at " + std::to_string(off) + " (" + std::to_string(n) + " bytes): " +

@@ -115,10 +115,13 @@ class Engine {
   // A source read of the data path: pread_exact, counted (source_requests, bytes_pread, the
   // depth reached) and, with -o debug, logged when slow.
   void source_read(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what);
+  // Which byte counter a source request adds to: the data path's (bytes_pread: chunks, byte
+  // runs, the chunk index) or read-ahead's (readahead_bytes).
+  enum class ReadKind { Data, ReadAhead };
   // Brings [off, off + n) of the source into its page cache: nothing when it is there already,
-  // otherwise one source_read into a per-worker scratch buffer (n <= kMaxScratchRequest). For
-  // read-ahead and hints: returns whether it read.
-  bool read_into_page_cache(int fd, uint64_t off, uint64_t n, const std::string& what);
+  // otherwise one source request into a per-worker scratch buffer (n <= kMaxScratchRequest),
+  // counted as `kind`. For read-ahead and hints: returns whether it read.
+  bool read_into_page_cache(int fd, uint64_t off, uint64_t n, const std::string& what, ReadKind kind);
   FdCache& fds() { return *fds_; }
   ChunkCache& cache() { return *cache_; }
   BufferPool& buffers() { return *buffers_; }  // for decoded chunks
@@ -158,7 +161,8 @@ class Engine {
  private:
   // source_read once residency is known (`cold`: the page cache cannot answer it, so the worker
   // waits for the storage and another may start meanwhile).
-  void counted_read(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what, bool cold);
+  void counted_read(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what, bool cold,
+                    ReadKind kind = ReadKind::Data);
 
   EngineOptions opts_;
   Stats stats_;

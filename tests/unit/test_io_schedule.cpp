@@ -3,14 +3,19 @@
 // file's tasks may hold (a file whose reads hang leaves the others their depth).
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <mutex>
 #include <set>
 #include <thread>
 
 #include "core/engine/engine.h"
+#include "core/engine/fd_cache.h"
 #include "core/engine/threadpool.h"
 #include "core/h5lib/h5file.h"
 #include "tests/support/h5fixture.h"
@@ -133,4 +138,42 @@ TEST_CASE("a long contiguous run is split into requests spread over the depth", 
   CHECK(got == oracle);
   CHECK(requests_for_full_read(f.path, 1024, got, &st, e) == 64);  // never below 128 KiB
   CHECK(got == oracle);
+}
+
+TEST_CASE("bytes read into the page cache count as read-ahead or data, once, and only when not cached", "[core][io]") {
+  const std::string path = scratch_path("io_counted.bin");
+  {
+    std::vector<char> bytes(1 << 20, 'x');
+    FILE* f = std::fopen(path.c_str(), "wb");
+    REQUIRE(f);
+    REQUIRE(std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size());
+    REQUIRE(std::fflush(f) == 0);
+    REQUIRE(::fsync(fileno(f)) == 0);  // clean pages: the eviction below can drop them
+    std::fclose(f);
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  REQUIRE(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0);
+  REQUIRE(::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM) == 0);  // the kernel reads no more than asked
+  EngineOptions o;
+  o.threads = 2;
+  Engine e(o);
+  Stats& st = e.stats();
+  const uint64_t piece = 256 << 10;
+  REQUIRE_FALSE(source_resident(fd, 0, piece));  // the oracle: the kernel's own residency answer
+  CHECK(e.read_into_page_cache(fd, 0, piece, "t", Engine::ReadKind::ReadAhead));
+  CHECK(source_resident(fd, 0, piece));
+  CHECK(st.readahead_bytes.load() == piece);
+  CHECK(st.bytes_pread.load() == 0);
+  CHECK(st.source_requests.load() == 1);
+  // Cached now: no request, nothing counted.
+  CHECK_FALSE(e.read_into_page_cache(fd, 0, piece, "t", Engine::ReadKind::ReadAhead));
+  CHECK(st.source_requests.load() == 1);
+  // A hint of the data path (the chunk index) counts as data.
+  REQUIRE_FALSE(source_resident(fd, 3 * piece, piece));
+  CHECK(e.read_into_page_cache(fd, 3 * piece, piece, "t", Engine::ReadKind::Data));
+  CHECK(st.bytes_pread.load() == piece);
+  CHECK(st.readahead_bytes.load() == piece);
+  CHECK(st.source_requests.load() == 2);
+  ::close(fd);
 }
