@@ -65,14 +65,15 @@ namespace {
 thread_local ThreadPool* t_worker_of = nullptr;  // the pool whose worker this thread is
 }  // namespace
 
-ThreadPool::Waiting::Waiting() : pool_(t_worker_of) {
+ThreadPool::Waiting::Waiting(Why why) : pool_(t_worker_of) {
   if (!pool_) return;
   std::lock_guard<std::mutex> lk(pool_->mu_);
   // Its CPU place is free now: another worker may take a queued task. Every waiting worker frees
   // one place, whatever the count was (waking only when the count fell from `cpu` let two
   // workers waiting on the storage leave one place filled: 3 reads in flight, not the depth).
   --pool_->active_;
-  if (pool_->cpu_ && pool_->active_ < pool_->cpu_ && !pool_->queue_.empty()) pool_->wake_locked(1);
+  if (pool_->cpu_ && pool_->active_ < pool_->cpu_ && !pool_->queue_.empty())
+    pool_->wake_locked(1, why == Why::Storage);
 }
 
 ThreadPool::Waiting::~Waiting() {
@@ -101,6 +102,11 @@ void ThreadPool::spawn_locked() {
 
 ThreadPool::~ThreadPool() { shutdown(); }
 
+unsigned ThreadPool::started() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return static_cast<unsigned>(workers_.size());
+}
+
 void ThreadPool::shutdown() {
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -122,7 +128,12 @@ void ThreadPool::wake(size_t n) {
   wake_locked(n);
 }
 
-void ThreadPool::wake_locked(size_t n) {
+void ThreadPool::wake_locked(size_t n, bool may_spawn) {
+  // Workers between two tasks (neither idle nor in a task) look at the queue before they sleep:
+  // they take what is queued without being woken, so no new worker starts for it (on warm data,
+  // where workers are seldom idle, starting one for every such moment grew the pool to 32-56
+  // threads and tripled the context switches of a read).
+  const size_t between = workers_.size() - idle_.size() - busy_;
   // The most recently idle first: its buffers and stack are warm, and the pool's extra workers
   // (there for the source's latency) stay asleep while the source answers at once.
   for (; n > 0 && !idle_.empty(); --n) {
@@ -132,7 +143,8 @@ void ThreadPool::wake_locked(size_t n) {
     s.cv.notify_one();
   }
   // None idle: a new worker, if there is work for it and the pool may grow.
-  for (; n > 0 && !stop_ && workers_.size() < max_workers_ && !queue_.empty(); --n) spawn_locked();
+  if (!may_spawn || n <= between) return;
+  for (n -= between; n > 0 && !stop_ && workers_.size() < max_workers_ && !queue_.empty(); --n) spawn_locked();
 }
 
 std::shared_ptr<ThreadPool::Batch> ThreadPool::pick_locked() {
@@ -232,7 +244,7 @@ void ThreadPool::run_all(std::vector<std::function<void()>>& tasks, uint64_t key
   wake(b->tasks.size() - 1);  // the caller takes one
   work_on(*b);
   {
-    Waiting waiting;  // a worker waiting for its nested batch leaves its place to another
+    Waiting waiting(Why::Batch);  // a worker waiting for its nested batch leaves its place to another
     std::unique_lock<std::mutex> lk(b->mu);
     b->cv.wait(lk, [&] { return b->finished; });
   }

@@ -177,3 +177,52 @@ TEST_CASE("bytes read into the page cache count as read-ahead or data, once, and
   CHECK(st.source_requests.load() == 2);
   ::close(fd);
 }
+
+TEST_CASE("the pool grows beyond its CPU places only for workers waiting on the storage", "[core][io]") {
+  // Warm: tasks that never wait, from two readers, nested batches (a decode-ahead's plan) and
+  // detached ones. The workers are busy nearly all the time; none waits on the storage. A worker
+  // between two tasks takes queued work without a new one starting, so the pool stays within its
+  // `cpu` places plus one worker for each place whose worker waits for its nested batch (the
+  // place is free meanwhile): 2 x cpu at most (it grew to 15 of 64 when every moment without
+  // an idle worker started one).
+  ThreadPool warm(64, 0, /*cpu=*/2);
+  std::atomic<uint64_t> sum{0};
+  auto spin = [&sum] {
+    uint64_t x = 0;
+    for (uint64_t k = 0; k < 20000; ++k) x += k * k;
+    sum += x;
+  };
+  auto reader = [&] {
+    for (int r = 0; r < 150; ++r) {
+      std::vector<std::function<void()>> tasks;
+      for (int i = 0; i < 6; ++i)
+        tasks.push_back([&] {
+          std::vector<std::function<void()>> nested(3, spin);
+          warm.run_all(nested);
+        });
+      warm.try_run_detached(std::vector<std::function<void()>>(4, spin));
+      warm.run_all(tasks);
+    }
+  };
+  std::thread a(reader), b(reader);
+  a.join();
+  b.join();
+  CHECK(sum.load() > 0);
+  CHECK(warm.started() <= 4);
+
+  // Cold: every task waits on the storage (5 ms): workers start until the batch's tasks are all
+  // in flight at once, whatever the CPU places.
+  ThreadPool cold(64, 0, /*cpu=*/2);
+  std::atomic<int> waiting{0}, most{0};
+  std::vector<std::function<void()>> reads(16, [&] {
+    ThreadPool::Waiting w;  // as Engine::counted_read marks a read the page cache cannot answer
+    const int now = ++waiting;
+    for (int m = most.load(); now > m && !most.compare_exchange_weak(m, now);) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    --waiting;
+  });
+  cold.run_all(reads);
+  CHECK(cold.started() > 8);
+  CHECK(most.load() > 8);
+}
