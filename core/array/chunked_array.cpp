@@ -344,8 +344,11 @@ class ChunkedArray final : public DatasetArray {
   // Plans the compressed chunks of one read. Chunks that lie next to each other in the file (at
   // most a page apart: alignment padding) are read with one source request, up to the read's
   // request size (Engine::request_size: the read spread over the I/O depth) and at most
-  // Engine::kMaxScratchRequest; their decoding then fans out over the pool. A chunk already
-  // decoded or being decoded is not read again.
+  // Engine::kMaxScratchRequest; their decoding then fans out over the pool. A group whose bytes
+  // the source's page cache holds already costs no round trip, so its chunks are planned one by
+  // one (a merged group's decoding is a nested batch: on warm data those cost a wake-up and a
+  // context switch each, 0.86x the speed of per-chunk tasks). A chunk already decoded or being
+  // decoded is not read again.
   void plan_chunks(std::vector<Want> wants, ReadPlan& plan, bool prefetch) const {
     if (wants.empty()) return;
     const uint64_t key = file_key(info_->file);
@@ -355,9 +358,21 @@ class ChunkedArray final : public DatasetArray {
       std::stable_sort(wants.begin(), wants.end(), [](const Want& a, const Want& b) { return a.loc.addr < b.loc.addr; });
       std::vector<Want> group;
       uint64_t lo = 0, hi = 0;
+      std::shared_ptr<const OpenFd> fd;
+      const auto cached = [&] {
+        try {
+          if (!fd) fd = engine_.fds().get(info_->file, &st_.file_id);
+          return source_resident(fd->fd(), lo, hi - lo);
+        } catch (const std::exception&) {
+          return false;  // the group's own read reports what is wrong
+        }
+      };
       const auto flush = [&] {
-        if (group.size() == 1) alone.push_back(std::move(group[0]));
-        else if (!group.empty()) plan.add(group_task(std::move(group), prefetch), key);
+        if (group.size() == 1 || (group.size() > 1 && cached())) {
+          for (Want& w : group) alone.push_back(std::move(w));
+        } else if (!group.empty()) {
+          plan.add(group_task(std::move(group), prefetch), key);
+        }
         group.clear();
       };
       for (Want& w : wants) {

@@ -83,13 +83,25 @@ TEST_CASE("a file's tasks hold at most their share of the pool; another file's r
 }
 
 namespace {
+// Drops the file's pages from the page cache (its bytes were written back): its next reads are
+// requests to the storage, as on a cold parallel filesystem.
+void evict(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  REQUIRE(::fsync(fd) == 0);
+  REQUIRE(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0);
+  ::close(fd);
+}
+
+// The source requests of a full read of /d; `cold`: its file's pages dropped first.
 uint64_t requests_for_full_read(const std::string& path, unsigned depth, std::vector<uint8_t>& got, Stats** st,
-                                std::unique_ptr<Engine>& e) {
+                                std::unique_ptr<Engine>& e, bool cold = true) {
   EngineOptions o;
   o.threads = 2;
   o.io_depth = depth;
   e = std::make_unique<Engine>(o);
   auto a = e->open_file(path)->dataset_array("/d");
+  if (cold) evict(path);
   got.assign(a->nbytes(), 0);
   const uint64_t before = e->stats().source_requests.load();
   e->read_bytes(*a, 0, got.size(), got.data());
@@ -119,6 +131,11 @@ TEST_CASE("adjacent compressed chunks share a request as the depth allows, bytes
   const uint64_t deep = requests_for_full_read(f.path, 1024, got, &st, e);
   CHECK(got == oracle);
   CHECK(deep > deep1);
+  // Cached: a request costs no round trip, so no chunks are merged (each chunk its own task).
+  h5_read_all(f.path, "/d");  // the oracle's read brings the whole file into the page cache
+  requests_for_full_read(f.path, 1, got, &st, e, /*cold=*/false);
+  CHECK(got == oracle);
+  CHECK(st->merged_requests.load() == 0);
 }
 
 TEST_CASE("a long contiguous run is split into requests spread over the depth", "[core][io]") {
