@@ -160,8 +160,8 @@ def values_equal(got, expected):
 
 def evict_pages(*paths):
     """Drops the page cache of these files only (written back first: only clean pages go).
-    Tests never drop the whole page cache (/proc/sys/vm/drop_caches): ctest runs them two at a
-    time, and a test that found a file cached on purpose would see it gone under it."""
+    Tests never drop the whole page cache (/proc/sys/vm/drop_caches): a test running beside them
+    (ctest -j) that cached a file on purpose would see it gone under it."""
     for p in paths:
         fd = os.open(p, os.O_RDONLY)
         try:

@@ -77,21 +77,30 @@ def test_bytes_are_h5pys_whichever_way_they_are_replied(src, opts):
 @pytest.mark.parametrize('name,spliced', [('contig', True), ('rows', True), ('be', True),
                                           ('narrow', False), ('gz', False)])
 def test_only_bytes_stored_verbatim_are_spliced(src, name, spliced):
-    with open(osp.join(src, 'u.h5'), 'rb') as f:
-        f.read()  # in the page cache: only cached bytes are spliced (the next test)
-    m = tl.Mount(src)
-    try:
-        raw = m.path('u.h5', name + '.raw')
-        size = os.stat(raw).st_size
-        with h5py.File(osp.join(src, 'u.h5')) as f:
-            assert read_in_pieces(raw) == f[name][()].tobytes()
-        s = m.stats()
-        if spliced:
-            assert s['bytes_spliced'] == size, s
-        else:
+    with h5py.File(osp.join(src, 'u.h5')) as f:
+        exp = f[name][()].tobytes()
+    # Only bytes in the source's page cache are spliced (the next test), so the source is read
+    # into it first. Tried again when a piece found its bytes evicted meanwhile (splice_cold: the
+    # CI's sanitizer run once lost one 256 KiB piece of them to memory pressure); a splice path
+    # that never serves every piece fails each try.
+    for _ in range(3):
+        with open(osp.join(src, 'u.h5'), 'rb') as f:
+            f.read()
+        m = tl.Mount(src)
+        try:
+            raw = m.path('u.h5', name + '.raw')
+            size = os.stat(raw).st_size
+            assert read_in_pieces(raw) == exp
+            s = m.stats()
+        finally:
+            m.close()
+        if not spliced:
             assert s['bytes_spliced'] == 0, s
-    finally:
-        m.close()
+            return
+        if s['bytes_spliced'] == size:
+            return
+        assert s['splice_cold'] > 0, s  # not spliced, though not for want of cached bytes
+    assert s['bytes_spliced'] == size, s
 
 
 def test_cold_bytes_are_read_not_spliced_then_spliced_once_cached(src):
