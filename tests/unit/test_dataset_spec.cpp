@@ -92,10 +92,18 @@ TEST_CASE("dataset spec: JSON specs", "[writer][spec]") {
   CHECK(d.shape == Shape{10, 20});
   CHECK(d.chunks == Shape{5, 20});
   CHECK(d.level == 4);
+  CHECK(spec_from_json(R"({"shape": [3], "dtype": "<u2", "level": 22})", o).level == 22);  // both ends
+  CHECK(spec_from_json(R"({"shape": [3], "dtype": "<u2", "compression_opts": -1})", o).level == -1);
   CHECK(spec_from_json(R"({"shape": [3], "dtype": "=u2"})", o).typestr == "<u2");
   for (const char* bad : {R"({"shape": [-1], "dtype": "<u2"})", R"({"shape": [2.5], "dtype": "<u2"})",
                           R"({"shape": 3, "dtype": "<u2"})", R"({"shape": [3]})", R"({"dtype": "<u2"})",
-                          R"({"shape": [3], "dtype": "<u2", "colour": 1})", "[1, 2]", "{", ""}) {
+                          R"({"shape": [3], "dtype": "<u2", "colour": 1})", "[1, 2]", "{", "",
+                          // levels that are no int: converting them was undefined behaviour (fuzzer)
+                          R"({"shape": [3], "dtype": "<u2", "level": 4.4e117})",
+                          R"({"shape": [3], "dtype": "<u2", "level": 2.5})",
+                          R"({"shape": [3], "dtype": "<u2", "level": 99999999999})",
+                          R"({"shape": [3], "dtype": "<u2", "level": -2})",
+                          R"({"shape": [3], "dtype": "<u2", "level": "9"})"}) {
     INFO(bad);
     CHECK(errno_of([&] { spec_from_json(bad, o); }) == EINVAL);
   }
