@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -227,19 +228,21 @@ TEST_CASE("the pool grows beyond its CPU places only for workers waiting on the 
   CHECK(sum.load() > 0);
   CHECK(warm.started() <= 4);
 
-  // Cold: every task waits on the storage (5 ms): workers start until the batch's tasks are all
-  // in flight at once, whatever the CPU places.
+  // Cold: every task waits on the storage until all 16 wait at once (or 10 s pass): workers
+  // start until the batch's tasks are all in flight, whatever the CPU places.
   ThreadPool cold(64, 0, /*cpu=*/2);
-  std::atomic<int> waiting{0}, most{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  int waiting = 0, most = 0;
   std::vector<std::function<void()>> reads(16, [&] {
     ThreadPool::Waiting w;  // as Engine::counted_read marks a read the page cache cannot answer
-    const int now = ++waiting;
-    for (int m = most.load(); now > m && !most.compare_exchange_weak(m, now);) {
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::unique_lock<std::mutex> lk(mu);
+    most = std::max(most, ++waiting);
+    cv.notify_all();
+    cv.wait_for(lk, std::chrono::seconds(10), [&] { return most == 16; });
     --waiting;
   });
   cold.run_all(reads);
-  CHECK(cold.started() > 8);
-  CHECK(most.load() > 8);
+  CHECK(most == 16);
+  CHECK(cold.started() >= 15);  // the caller runs one
 }
