@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <condition_variable>
 #include <mutex>
 #include <set>
@@ -20,6 +19,7 @@
 #include "core/engine/threadpool.h"
 #include "core/h5lib/h5file.h"
 #include "tests/support/h5fixture.h"
+#include "tests/support/h5format_fixtures.h"
 
 using namespace h5d;
 using namespace h5d::test;
@@ -160,18 +160,10 @@ TEST_CASE("a long contiguous run is split into requests spread over the depth", 
 
 TEST_CASE("bytes read into the page cache count as read-ahead or data, once, and only when not cached", "[core][io]") {
   const std::string path = scratch_path("io_counted.bin");
-  {
-    std::vector<char> bytes(1 << 20, 'x');
-    FILE* f = std::fopen(path.c_str(), "wb");
-    REQUIRE(f);
-    REQUIRE(std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size());
-    REQUIRE(std::fflush(f) == 0);
-    REQUIRE(::fsync(fileno(f)) == 0);  // clean pages: the eviction below can drop them
-    std::fclose(f);
-  }
+  h5d::testing::write_file_bytes(path, std::vector<uint8_t>(1 << 20, 'x'));
+  evict(path);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   REQUIRE(fd >= 0);
-  REQUIRE(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0);
   REQUIRE(::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM) == 0);  // the kernel reads no more than asked
   EngineOptions o;
   o.threads = 2;
