@@ -170,6 +170,12 @@ size_t splice_pipe_max() {
 
 size_t splice_max_read() { return (splice_pipe_max() - (kSpliceBuffers + 3) * 4096) / 4096 * 4096; }
 
+size_t splice_buffers(size_t size) {
+  static const size_t pipe = splice_pipe_max();
+  const size_t pages = (pipe > size ? pipe - size : 0) / 4096;
+  return pages > 3 ? pages - 3 : 0;
+}
+
 namespace {
 
 Context& ctx(fuse_req_t req) { return *static_cast<Context*>(fuse_req_userdata(req)); }
@@ -411,7 +417,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
     c.reads.add(ino, o, o + size);
     if (fs(req).may_splice(c.means, size)) {
       vfs::OpenFile::Spliced sp;
-      if (fs(req).read_spliced(*f, o, size, sp)) {
+      if (fs(req).read_spliced(*f, o, size, splice_buffers(size), sp)) {
         reply_spliced(req, sp);
         return;
       }

@@ -159,12 +159,16 @@ struct Context {
 // libfuse splices a reply only through one pipe that holds all of it and a page per buffer
 // more; pipes grow to fs.pipe-max-size at most (1 MiB by default). A larger reply falls back to
 // a copy through a buffer libfuse allocates per reply, slower than the daemon's own read. So a
-// spliced reply has at most kSpliceBuffers buffers, and with splicing on, requests are capped at
+// spliced reply has at most splice_buffers(size) buffers (kSpliceBuffers for a request of the
+// cap: a read of frames of several modules is one buffer per module and frame, eight for 128 KiB
+// AGIPD module frames), and with splicing on, requests are capped at
 // splice_max_read() (a 1 MiB read-ahead window then takes two requests instead of one; the
 // splice halves the daemon's CPU per byte: docs/benchmarks.md).
 constexpr size_t kSpliceBuffers = 12;
 size_t splice_pipe_max();
 size_t splice_max_read();
+// The buffers a spliced reply of `size` bytes may have: what the pipe holds beyond the bytes.
+size_t splice_buffers(size_t size);
 
 const fuse_lowlevel_ops& operations();
 

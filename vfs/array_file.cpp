@@ -74,7 +74,7 @@ class ArrayOpenFile final : public OpenFile {
     return n;
   }
 
-  bool read_spliced(uint64_t off, size_t size, Spliced& out) override {
+  bool read_spliced(uint64_t off, size_t size, size_t max_buffers, Spliced& out) override {
     const std::string& header = node_.header_;
     const uint64_t total = node_.size();
     if (!array_ || off >= total || size == 0) return false;
@@ -89,6 +89,13 @@ class ArrayOpenFile final : public OpenFile {
     if (dlen == 0) return false;  // the header alone: nothing to splice
     try {
       if (!array_->file_runs(doff, dlen, out.runs)) return false;
+      // More buffers than the reply's pipe holds: libfuse would copy them through a buffer of
+      // its own, slower than the ordinary read.
+      if (out.runs.size() + (out.head_len ? 1 : 0) > max_buffers) {
+        node_.ctx_.counters.splice_fragmented.fetch_add(1, std::memory_order_relaxed);
+        out = Spliced{};
+        return false;
+      }
       // A splice reads what the source's page cache lacks inside the request, one request at a
       // time: cold bytes are read by the ordinary read instead, in requests spread over the I/O
       // depth (docs/architecture.md, "The I/O path").

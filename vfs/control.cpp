@@ -127,6 +127,9 @@ std::vector<Vfs::Counter> Vfs::counters() {
       "Read-ahead bytes found in the source's page cache already (no request)", true, u(st.readahead_resident_bytes));
   add({"splice_cold"}, "splice_cold_total", "Reads not spliced because the source bytes were not cached", true,
       u(rc.splice_cold));
+  add({"splice_fragmented"}, "splice_fragmented_total",
+      "Reads not spliced because their bytes lie in more file runs than one reply's pipe holds", true,
+      u(rc.splice_fragmented));
   add({"io_depth"}, "io_depth", "Source requests in flight allowed for one file (-o io_depth)", false,
       double(engine_.options().io_depth));
   add({"io_workers"}, "io_workers", "I/O threads of the read pool", false, double(engine_.pool().size()));

@@ -182,10 +182,12 @@ class OpenFile {
     }
   };
   // Fills `out` and returns true when the whole read (or what the file holds of it) can be
-  // served so, with the same follow-up as read_pushing (stream, decode-ahead); false: read it.
-  virtual bool read_spliced(uint64_t off, size_t size, Spliced& out) {
+  // served so, in at most `max_buffers` buffers (header and runs: what the reply's pipe holds),
+  // with the same follow-up as read_pushing (stream, decode-ahead); false: read it.
+  virtual bool read_spliced(uint64_t off, size_t size, size_t max_buffers, Spliced& out) {
     (void)off;
     (void)size;
+    (void)max_buffers;
     (void)out;
     return false;
   }
@@ -391,6 +393,7 @@ struct ReadCounters {
   std::atomic<uint64_t> bytes_served{0};
   std::atomic<uint64_t> bytes_spliced{0};  // replied by splicing from source files
   std::atomic<uint64_t> splice_cold{0};    // reads not spliced: their source bytes were not cached
+  std::atomic<uint64_t> splice_fragmented{0};  // reads not spliced: more runs than the pipe holds
   std::atomic<uint64_t> bytes_pushed{0};   // pushed into the page cache by the FUSE adapter
   // A spliced reply of `bytes`, `spliced` of them from source files.
   void note_spliced(uint64_t bytes, uint64_t spliced) {

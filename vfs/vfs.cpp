@@ -294,8 +294,8 @@ size_t Vfs::read(OpenFile& file, uint64_t off, size_t size, char* buf, OpenFile:
   return pushes ? file.read_pushing(off, size, buf, *pushes) : file.read(off, size, buf);
 }
 
-bool Vfs::read_spliced(OpenFile& file, uint64_t off, size_t size, OpenFile::Spliced& out) {
-  return file.read_spliced(off, size, out);
+bool Vfs::read_spliced(OpenFile& file, uint64_t off, size_t size, size_t max_buffers, OpenFile::Spliced& out) {
+  return file.read_spliced(off, size, max_buffers, out);
 }
 
 std::string Vfs::readlink(uint64_t ino) {

@@ -102,7 +102,7 @@ class Vfs {
   // With `pushes`, also says which pages the read made worth pushing (OpenFile::read_pushing).
   size_t read(OpenFile& file, uint64_t off, size_t size, char* buf, OpenFile::Pushes* pushes = nullptr);
   // OpenFile::read_spliced; counted as a read of the bytes it names.
-  bool read_spliced(OpenFile& file, uint64_t off, size_t size, OpenFile::Spliced& out);
+  bool read_spliced(OpenFile& file, uint64_t off, size_t size, size_t max_buffers, OpenFile::Spliced& out);
 
   // ---- rw mounts (vfs/writable.h); all give Error(EROFS) on read-only mounts ----
   // Makes the mount writable: call before the first access. The writer outlives the Vfs.

@@ -189,36 +189,69 @@ void StackArray::plan_prefetch(const Region& r, ReadPlan& plan) const {
       [](const DestView&, const Shape&) {});
 }
 
-ByteSpan StackArray::decode_span(uint64_t off) const {
-  if (off >= nbytes() || modules_.empty() || layout_.entries == 0) return {};
+bool StackArray::locate(uint64_t off, Located& at) const {
+  if (off >= nbytes() || modules_.empty() || layout_.entries == 0) return false;
   const uint64_t C = layout_.cells, M = modules_.size(), N = layout_.entries;
   const uint64_t cell = nbytes() / (M * N * C);  // bytes of one cell of one entry
-  if (cell == 0) return {};
-  uint64_t m, frame, run_lo, run_hi;
+  if (cell == 0) return false;
+  uint64_t m, frame;
   if (layout_.frames_first) {
     frame = off / (M * cell);
     m = off / cell % M;
-    run_lo = off / cell * cell;
-    run_hi = run_lo + cell;
+    at.run_lo = off / cell * cell;
+    at.run_hi = at.run_lo + cell;
   } else {
     m = off / (N * cell);
     frame = off % (N * cell) / cell;
-    run_lo = m * N * cell;
-    run_hi = run_lo + N * cell;
+    at.run_lo = m * N * cell;
   }
   const Module& mod = modules_[m];
-  if (!mod.array) return {};
+  if (!mod.array) return false;
   const uint64_t entry = frame / C;
   auto it = std::upper_bound(mod.pieces.begin(), mod.pieces.end(), entry,
                              [](uint64_t e, const Piece& p) { return e < p.out_row + p.rows; });
-  if (it == mod.pieces.end() || entry < it->out_row) return {};
-  const uint64_t src_cell = (it->src_row + (entry - it->out_row)) * C + frame % C;
-  if (!layout_.frames_first) {  // the piece's entries follow each other in the module's block
-    run_lo += it->out_row * C * cell;
-    run_hi = run_lo + it->rows * C * cell;
-    return shifted_span(*mod.array, it->src_row * C * cell, run_lo, run_hi, off);
+  if (it == mod.pieces.end() || entry < it->out_row) return false;
+  at.array = mod.array.get();
+  if (layout_.frames_first) {
+    at.part_lo = ((it->src_row + (entry - it->out_row)) * C + frame % C) * cell;
+  } else {  // the piece's entries follow each other in the module's block
+    at.run_lo += it->out_row * C * cell;
+    at.run_hi = at.run_lo + it->rows * C * cell;
+    at.part_lo = it->src_row * C * cell;
   }
-  return shifted_span(*mod.array, src_cell * cell, run_lo, run_hi, off);
+  return true;
+}
+
+ByteSpan StackArray::decode_span(uint64_t off) const {
+  Located at;
+  if (!locate(off, at)) return {};
+  return shifted_span(*at.array, at.part_lo, at.run_lo, at.run_hi, off);
+}
+
+bool StackArray::file_runs(uint64_t off, uint64_t len, std::vector<FileRun>& out) const {
+  if (off > nbytes() || len > nbytes() - off) return false;
+  const size_t mark = out.size();
+  const uint64_t end = off + len;
+  for (uint64_t pos = off; pos < end;) {
+    Located at;
+    if (!locate(pos, at)) {  // fill
+      out.resize(mark);
+      return false;
+    }
+    const uint64_t n = std::min(end, at.run_hi) - pos;
+    const size_t first = out.size();
+    if (!at.array->file_runs(at.part_lo + (pos - at.run_lo), n, out)) {
+      out.resize(mark);
+      return false;
+    }
+    if (first > mark && first < out.size() && out[first - 1].fd == out[first].fd &&
+        out[first - 1].file_off + out[first - 1].n == out[first].file_off) {  // one module's frames
+      out[first - 1].n += out[first].n;
+      out.erase(out.begin() + static_cast<std::ptrdiff_t>(first));
+    }
+    pos += n;
+  }
+  return true;
 }
 
 bool StackArray::decodes() const {

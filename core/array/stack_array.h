@@ -55,6 +55,9 @@ class StackArray final : public Array {
   ByteSpan decode_span(uint64_t off) const override;
   bool decodes() const override;
   bool decoded(const Region& r) const override;
+  // The modules' file runs, one cell (frames first) or one piece's entries (modules first) at a
+  // time; false where a byte is fill or a module's array has no runs for it.
+  bool file_runs(uint64_t off, uint64_t len, std::vector<FileRun>& out) const override;
 
   const std::vector<Module>& modules() const { return modules_; }
   const Layout& layout() const { return layout_; }
@@ -62,6 +65,13 @@ class StackArray final : public Array {
   std::vector<uint8_t> coverage() const;
 
  private:
+  // Where output byte `off` comes from: output bytes [run_lo, run_hi) around it come from
+  // `array` contiguously, starting at its byte part_lo. False: fill (or out of range).
+  struct Located {
+    const Array* array = nullptr;
+    uint64_t run_lo = 0, run_hi = 0, part_lo = 0;
+  };
+  bool locate(uint64_t off, Located& at) const;
   // Calls src(module, src_region, dest) for covered parts and fill(dest, count) for the rest.
   template <class Src, class Fill>
   void walk(const Region& r, const DestView& dst, Src&& src, Fill&& fill) const;

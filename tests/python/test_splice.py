@@ -1,8 +1,9 @@
 """Uncompressed data is replied by splicing it from the source file (`-o splice`, default on):
 the bytes must be h5py's for every read (header boundary, odd offsets and sizes, mmap), only data
 stored verbatim may take that path (not fill values, not chunks narrower than a row, not
-compressed chunks), run-view keys splice through their concatenation, and a source shorter than
-its metadata says gives EIO, never the zeros a short splice would leave."""
+compressed chunks), run-view keys splice through their concatenation and detector stacks through
+their modules' files, and a source shorter than its metadata says gives EIO, never the zeros a
+short splice would leave."""
 import os
 import os.path as osp
 import sys
@@ -251,5 +252,57 @@ def test_vds_of_whole_rows_splices_from_its_sources_and_others_are_read():
                 assert got == f['gap'][110:130].tobytes()
         finally:
             os.close(fd)
+    finally:
+        m.close()
+
+
+def test_detector_stacks_splice_from_their_module_files():
+    """A frames-first stack of 4 JUNGFRAU modules (2 sequence files each): a read spans the
+    modules' files, one run per module and frame, and is spliced from all of them when the
+    runs fit one reply; the bytes are the modules' data side by side (h5py, module files)."""
+    import euxfel_mock
+    d = tl.make_tmpdir('splice-stack-')
+    run = osp.join(d, 'r0001')
+    w = euxfel_mock.RunWriter(run, run_number=1, keep_data=False)
+    frame = (1,) + FRAME
+    n, bounds = 40, [0, 15, 40]
+    data = np.random.default_rng(21).integers(0, 60000, size=(4, n) + frame, dtype='<u2')
+    for m in range(4):
+        key = euxfel_mock.Key('data.adc', '<u2', frame, chunks=(1,) + frame,
+                              make=lambda tids, js, m=m: data[m][np.asarray(tids, np.int64) - 10000])
+        src = euxfel_mock.Source(f'SPB_IRDA_JF4M/DET/JNGFR{m + 1:02d}:daqOutput', 'INSTRUMENT',
+                                 [euxfel_mock.Group('data', [key], lambda t: 1, pad_to=4)])
+        for s in range(2):
+            w.write_file(f'JNGFR{m + 1:02d}', s, [src], list(range(10000 + bounds[s], 10000 + bounds[s + 1])))
+    exp = np.ascontiguousarray(data[:, :, 0].transpose(1, 0, 2, 3))  # (frames, modules) + FRAME
+    for _ in range(3):  # as above: bytes evicted meanwhile are read, not spliced
+        for f in os.listdir(run):
+            with open(osp.join(run, f), 'rb') as fh:
+                fh.read()
+        m = tl.Mount(run)
+        try:
+            raw = m.path('SPB_IRDA_JF4M', 'frames_first', 'data.adc.raw')
+            assert read_in_pieces(raw) == exp.tobytes()
+            assert np.array_equal(np.load(m.path('SPB_IRDA_JF4M', 'frames_first', 'data.adc.npy'),
+                                          mmap_mode='r'), exp)
+            s = m.stats()
+        finally:
+            m.close()
+        if s['bytes_spliced'] >= exp.nbytes:
+            break
+        assert s['splice_cold'] > 0, s
+    assert s['bytes_spliced'] >= exp.nbytes, s
+    # A request of 1 MiB spans 60 module frames of 16 KiB: more runs than one reply's pipe holds
+    # (a page each beyond the bytes): read and copied instead, the same bytes.
+    m = tl.Mount(run)
+    try:
+        fd = os.open(m.path('SPB_IRDA_JF4M', 'frames_first', 'data.adc.raw'), os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+            assert os.pread(fd, 1 << 20, 0) == exp.tobytes()[:1 << 20]
+        finally:
+            os.close(fd)
+        s = m.stats()
+        assert s['splice_fragmented'] > 0, s
     finally:
         m.close()
