@@ -188,10 +188,14 @@ void file_sink(log::Level level, const std::string& msg) {
                      : level == log::Level::Info ? "info"
                      : level == log::Level::Warn ? "warning"
                                                  : "error";
-  char when[32];
-  const std::time_t t = std::time(nullptr);
+  // Milliseconds, as in MNT/.h5direct/log: -o debug's lines say when each request went out and
+  // came back, and the order within a second is what shows why a read waited.
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
   struct tm tm;
-  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+  char when[40];
+  const size_t n = std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", gmtime_r(&ts.tv_sec, &tm));
+  std::snprintf(when + n, sizeof when - n, ".%03ldZ", ts.tv_nsec / 1000000);
   std::fprintf(g_log_file, "%s h5direct[%d]: %s: %s\n", when, int(::getpid()), name, msg.c_str());
   std::fflush(g_log_file);
 }
