@@ -339,6 +339,7 @@ class ChunkedArray final : public DatasetArray {
     Region in_chunk;
     DestView d;
     bool to_end = false;
+    uint64_t request = 0;  // the plan's request size (Engine::request_size); 0: one request
   };
 
   // Plans the compressed chunks of one read. Chunks that lie next to each other in the file (at
@@ -390,7 +391,10 @@ class ChunkedArray final : public DatasetArray {
     } else {
       alone = std::move(wants);
     }
-    for (Want& w : alone) plan.add(chunk_task(std::move(w), prefetch, nullptr), key);
+    for (Want& w : alone) {
+      w.request = plan.request;  // a large chunk read alone is split over the depth as a run is
+      plan.add(chunk_task(std::move(w), prefetch, nullptr), key);
+    }
   }
 
   // The task that reads (or finds cached) one chunk and, for a reader, copies its part out.
@@ -403,14 +407,14 @@ class ChunkedArray final : public DatasetArray {
       const uint8_t* src = stored ? stored->data() + (w.loc.addr - stored_at) : nullptr;
       if (prefetch) {
         try {
-          get_chunk(w.cc, w.lin, w.loc, src);
+          get_chunk(w.cc, w.lin, w.loc, src, false, w.request);
           engine_.stats().chunks_prefetched.fetch_add(1, std::memory_order_relaxed);
         } catch (const std::exception&) {
           // The reader that asks for this chunk gets (and logs) the error.
         }
         return;
       }
-      ChunkBytes bytes = get_chunk(w.cc, w.lin, w.loc, src, /*urgent=*/true);
+      ChunkBytes bytes = get_chunk(w.cc, w.lin, w.loc, src, /*urgent=*/true, w.request);
       copy_region(w.in_chunk.count, dtype().itemsize,
                   bytes->data() + offset_in_chunk(w.in_chunk.start), c_strides(chunk_ext_, dtype().itemsize),
                   w.d.base, w.d.strides);
@@ -464,18 +468,20 @@ class ChunkedArray final : public DatasetArray {
   static constexpr uint64_t kKeepStored = 4ull << 20;
 
   // `urgent`: a reader waits for this chunk (not decode-ahead): it takes the next CPU slot.
+  // `request`: the size of one source request for its stored bytes (0: one request for all).
   ChunkBytes get_chunk(const Shape& cc, uint64_t lin, const fmt::ChunkLoc& loc, const uint8_t* stored = nullptr,
-                       bool urgent = false) const {
+                       bool urgent = false, uint64_t request = 0) const {
     bool hit = false;
     ChunkBytes b =
-        engine_.cache().get_or_load(ChunkKey{array_id_, lin}, [&] { return decode(cc, loc, stored, urgent); }, &hit);
+        engine_.cache().get_or_load(ChunkKey{array_id_, lin}, [&] { return decode(cc, loc, stored, urgent, request); }, &hit);
     (hit ? engine_.stats().cache_hits : engine_.stats().cache_misses).fetch_add(1, std::memory_order_relaxed);
     return b;
   }
 
   // Reads (unless `stored` holds its bytes already) and decodes one chunk; the decoding holds
   // one of the engine's CPU slots.
-  ChunkBytes decode(const Shape& cc, const fmt::ChunkLoc& loc, const uint8_t* stored, bool urgent) const {
+  ChunkBytes decode(const Shape& cc, const fmt::ChunkLoc& loc, const uint8_t* stored, bool urgent,
+                    uint64_t request) const {
     try {
       if (loc.size > (uint64_t(1) << 34)) fail_data("stored chunk size " + std::to_string(loc.size) + " is implausible");
       const auto t0 = std::chrono::steady_clock::now();
@@ -483,7 +489,11 @@ class ChunkedArray final : public DatasetArray {
       if (!stored) {
         in.resize(loc.size);
         auto fd = engine_.fds().get(info_->file, &st_.file_id);
-        engine_.source_read(fd->fd(), in.data(), loc.size, loc.addr, info_->file);
+        if (request)
+          engine_.source_read_split(fd->fd(), in.data(), loc.size, loc.addr, info_->file, request,
+                                    file_key(info_->file));
+        else
+          engine_.source_read(fd->fd(), in.data(), loc.size, loc.addr, info_->file);
         FdCache::verify(info_->file, st_.file_id);
       }
       const auto t1 = std::chrono::steady_clock::now();

@@ -138,6 +138,30 @@ void Engine::source_read(int fd, void* buf, uint64_t n, uint64_t off, const std:
   counted_read(fd, buf, n, off, what, !source_resident(fd, off, n));
 }
 
+void Engine::source_read_split(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what,
+                               uint64_t piece, uint64_t key) {
+  piece = std::max(piece, kMinRequest);
+  if (n <= piece || source_resident(fd, off, n)) {
+    source_read(fd, buf, n, off, what);
+    return;
+  }
+  const uint64_t count = (n + piece - 1) / piece;
+  const uint64_t each = ((n + count - 1) / count + 4095) / 4096 * 4096;  // equal, whole pages
+  std::vector<std::function<void()>> tasks;
+  auto* out = static_cast<uint8_t*>(buf);
+  for (uint64_t at = off; at < off + n;) {
+    // Cut at file page boundaries: a page two requests share would be read by one and waited
+    // for by the other.
+    uint64_t cut = std::min(off + n, (at + each) / 4096 * 4096);
+    if (cut <= at) cut = std::min(off + n, at + each);
+    tasks.push_back([this, fd, dst = out + (at - off), len = cut - at, at, &what] {
+      counted_read(fd, dst, len, at, what, /*cold=*/true);
+    });
+    at = cut;
+  }
+  pool_->run_all(tasks, key);
+}
+
 bool Engine::read_into_page_cache(int fd, uint64_t off, uint64_t n, const std::string& what, ReadKind kind) {
   if (n == 0 || source_resident(fd, off, n)) return false;
   thread_local std::vector<uint8_t> scratch;  // at most kMaxScratchRequest per worker

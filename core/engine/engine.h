@@ -115,6 +115,12 @@ class Engine {
   // A source read of the data path: pread_exact, counted (source_requests, bytes_pread, the
   // depth reached) and, with -o debug, logged when slow.
   void source_read(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what);
+  // The same read, split into pieces of about `piece` bytes (at least kMinRequest, cut at page
+  // boundaries) read in parallel on the pool when it is larger and the page cache lacks it: one
+  // large stored chunk then costs one round trip, not its size over one request's bandwidth
+  // (the split a long contiguous run gets). `key`: the file's pool key.
+  void source_read_split(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what, uint64_t piece,
+                         uint64_t key);
   // Which byte counter a source request adds to: the data path's (bytes_pread: chunks, byte
   // runs, the chunk index) or read-ahead's (readahead_bytes).
   enum class ReadKind { Data, ReadAhead };
