@@ -72,6 +72,13 @@ SequentialPrefetcher::Range SequentialPrefetcher::on_read(uint64_t off, uint64_t
   last_ = i;
   if (seen) *seen = {i, long_enough(*st), st->dir, st->cover};
   if (!found || !long_enough(*st)) return {};
+  if (exact_ && !st->primed) {
+    // Units read one at a time: the first window is at least what the stream has gone (two or
+    // three units). With units of 1 MiB and more, the initial window is one unit, and each step
+    // of the doubling that follows costs the reader a round trip it waits for.
+    st->window = std::max(st->window, std::min(cfg_.max, st->cursor - st->lo));
+  }
+  st->primed = true;
   Range r;
   // Never further ahead than the stream has gone: a read that stops (a slice, a frame range)
   // then leaves at most as much decoded for nobody as it read, while a long stream still

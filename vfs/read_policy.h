@@ -41,7 +41,8 @@ struct ByteRange {
 // and a read that continues no stream replaces the least recently used one. While a stream goes
 // on, a window of `window` bytes is kept decoded ahead of it in its direction: when the decoded
 // frontier is less than half a window ahead, [frontier, reader + window) is asked for and, when
-// the read had to wait for its bytes, the window doubles (up to `max`). Backpressure is the engine's: prefetch_bytes drops work when its
+// the read had to wait for its bytes, the window doubles (up to `max`); with single-page windows
+// (units read one at a time) the first window is at least what the stream has gone. Backpressure is the engine's: prefetch_bytes drops work when its
 // pool is saturated. Nothing is decoded ahead until the stream has gone `after` bytes: one random
 // mmap fault becomes two or three contiguous requests (the kernel's read-around), which look
 // sequential but are not a stream.
@@ -98,6 +99,7 @@ class SequentialPrefetcher {
     uint64_t window = 0;
     uint64_t used = 0;            // last use (a counter), for replacement
     uint64_t reads = 0;
+    bool primed = false;          // has asked for decode-ahead once
     uint64_t pushed_lo = ~0ull, pushed_hi = 0;  // ReadPolicy's push-ahead reach
     // [lo, cursor), shared with the decode-ahead this stream asked for (Engine::prefetch_bytes
     // drops pieces the reader has read meanwhile); a new stream in the slot gets a new one.

@@ -144,6 +144,25 @@ TEST_CASE("read policy: with single-page windows a stream starts after two units
   for (uint64_t i = 0; i < 3; ++i) CHECK(q.after_read(kHeader + i * kUnit, 4096, none_decoded).prefetch.len == 0);
 }
 
+TEST_CASE("read policy: a stream of large units decodes ahead what it has gone from its start", "[vfs][policy]") {
+  // Units of 4 MiB, read a page at a time backwards (memmove of a slice): at the third unit the
+  // first window is the three units gone (12 MiB), not the configured 1 MiB, a quarter unit.
+  const uint64_t unit = 4ull << 20, n = 20;
+  ReadPolicy p(frames(n, unit), stream_cfg());
+  REQUIRE(p.choose_readahead_kb(true, 1024) == 4);
+  ReadFollowUp f;
+  for (uint64_t k = 0; k < 3; ++k) f = p.after_read(kHeader + (n - 1 - k) * unit, 4096, none_decoded);
+  CHECK(p.stream().direction() == SequentialPrefetcher::Direction::Backward);
+  REQUIRE(f.prefetch.len > 0);
+  CHECK(f.prefetch.end() == (n - 3) * unit);  // from the stream's lowest byte downwards
+  CHECK(f.prefetch.len == 3 * unit);
+  // Units below the configured window keep it: three 128 KiB units gone, 1 MiB asked for.
+  ReadPolicy q(frames(100), stream_cfg());
+  REQUIRE(q.choose_readahead_kb(true, 1024) == 4);
+  for (uint64_t k = 0; k < 3; ++k) f = q.after_read(kHeader + k * kUnit, 4096, none_decoded);
+  CHECK(f.prefetch.len == (1u << 20));
+}
+
 TEST_CASE("read policy: a stream gets decoded units pushed up to 1 MiB ahead, each once", "[vfs][policy]") {
   ReadPolicy p(frames(300), stream_cfg());
   p.choose_readahead_kb(true, 1024);
