@@ -77,6 +77,14 @@ struct BufferPool::State {
         lk.unlock();
         auto b = std::make_unique<Buffer>(n);  // value-initialised: every page written now
         lk.lock();
+        // Buffers released while the lock was let go may have filled the budget meanwhile: the
+        // bound is checked again before this one is added (freed outside the lock otherwise).
+        if (stopping || idle_bytes + n > max_idle) {
+          lk.unlock();
+          b.reset();
+          lk.lock();
+          break;
+        }
         sizes[n].idle.push_back(std::move(b));
         idle_bytes += n;
         ++counts.touched_ahead;
