@@ -141,8 +141,9 @@ void Engine::source_read(int fd, void* buf, uint64_t n, uint64_t off, const std:
 void Engine::source_read_split(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what,
                                uint64_t piece, uint64_t key) {
   piece = std::max(piece, kMinRequest);
-  if (n <= piece || source_resident(fd, off, n)) {
-    source_read(fd, buf, n, off, what);
+  const bool cold = !source_resident(fd, off, n);
+  if (n <= piece || !cold) {
+    counted_read(fd, buf, n, off, what, cold);
     return;
   }
   const uint64_t count = (n + piece - 1) / piece;
