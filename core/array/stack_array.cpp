@@ -239,15 +239,11 @@ bool StackArray::file_runs(uint64_t off, uint64_t len, std::vector<FileRun>& out
       return false;
     }
     const uint64_t n = std::min(end, at.run_hi) - pos;
-    const size_t first = out.size();
+    // The modules' arrays append with append_run, which merges a run with the one before it
+    // when they are adjacent in one file (one module's frames, one after another).
     if (!at.array->file_runs(at.part_lo + (pos - at.run_lo), n, out)) {
       out.resize(mark);
       return false;
-    }
-    if (first > mark && first < out.size() && out[first - 1].fd == out[first].fd &&
-        out[first - 1].file_off + out[first - 1].n == out[first].file_off) {  // one module's frames
-      out[first - 1].n += out[first].n;
-      out.erase(out.begin() + static_cast<std::ptrdiff_t>(first));
     }
     pos += n;
   }
