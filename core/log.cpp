@@ -81,6 +81,12 @@ void write(Level level, const std::string& msg) {
   write_locked(level, msg);
 }
 
+std::string stamp_now() {
+  timespec ts;
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return stamp(ts);
+}
+
 std::string recent_text() {
   std::lock_guard<std::mutex> lk(g_mu);
   std::string out;

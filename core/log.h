@@ -38,6 +38,8 @@ constexpr size_t kRecentErrors = 100;
 
 // The recent log lines, oldest first, each "2026-05-01T12:00:00.123Z error: MESSAGE\n".
 std::string recent_text();
+// The time now as those lines stamp it (UTC, milliseconds): for sinks that write their own lines.
+std::string stamp_now();
 
 // One failed request as reported (report()).
 struct ErrorEntry {

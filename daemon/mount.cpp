@@ -190,13 +190,8 @@ void file_sink(log::Level level, const std::string& msg) {
                                                  : "error";
   // Milliseconds, as in MNT/.h5direct/log: -o debug's lines say when each request went out and
   // came back, and the order within a second is what shows why a read waited.
-  timespec ts{};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  struct tm tm;
-  char when[40];
-  const size_t n = std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", gmtime_r(&ts.tv_sec, &tm));
-  std::snprintf(when + n, sizeof when - n, ".%03ldZ", ts.tv_nsec / 1000000);
-  std::fprintf(g_log_file, "%s h5direct[%d]: %s: %s\n", when, int(::getpid()), name, msg.c_str());
+  std::fprintf(g_log_file, "%s h5direct[%d]: %s: %s\n", log::stamp_now().c_str(), int(::getpid()), name,
+               msg.c_str());
   std::fflush(g_log_file);
 }
 
