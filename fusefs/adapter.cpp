@@ -168,12 +168,18 @@ size_t splice_pipe_max() {
   return v;
 }
 
-size_t splice_max_read() { return (splice_pipe_max() - (kSpliceBuffers + 3) * 4096) / 4096 * 4096; }
+// Pages of libfuse's pipe that are neither the reply's bytes nor a page per buffer: its header,
+// one page more in its own estimate, and our rounding of the header up to a page.
+constexpr size_t kSplicePipeExtraPages = 3;
+
+size_t splice_max_read() {
+  return (splice_pipe_max() - (kSpliceBuffers + kSplicePipeExtraPages) * 4096) / 4096 * 4096;
+}
 
 size_t splice_buffers(size_t size) {
   static const size_t pipe = splice_pipe_max();
   const size_t pages = (pipe > size ? pipe - size : 0) / 4096;
-  return pages > 3 ? pages - 3 : 0;
+  return pages > kSplicePipeExtraPages ? pages - kSplicePipeExtraPages : 0;
 }
 
 namespace {
