@@ -88,20 +88,33 @@ SequentialPrefetcher::Range SequentialPrefetcher::on_read(uint64_t off, uint64_t
   if (st->dir == Direction::Forward) {
     st->frontier = std::max(st->frontier, st->cursor);
     if (st->frontier >= file_size || st->frontier >= st->cursor + window / 2) return {};
-    const uint64_t target = std::min(st->cursor + window, file_size);
+    const uint64_t target = std::min({st->cursor + window, file_size, bound(i)});
     if (target <= st->frontier) return {};
     r = {st->frontier, target - st->frontier};
     st->frontier = target;
   } else {
     st->frontier = std::min(st->frontier, st->lo);
     if (st->frontier == 0 || st->frontier + window / 2 <= st->lo) return {};
-    const uint64_t target = st->lo > window ? st->lo - window : 0;
+    const uint64_t target = std::max(st->lo > window ? st->lo - window : 0, bound(i));
     if (target >= st->frontier) return {};
     r = {target, st->frontier - target};
     st->frontier = target;
   }
   if (waited) st->window = std::min(st->window * 2, std::max(cfg_.max, cfg_.initial));
   return r;
+}
+
+uint64_t SequentialPrefetcher::bound(size_t i) const {
+  const Stream& s = streams_[i];
+  const bool fwd = s.dir == Direction::Forward;
+  uint64_t b = fwd ? ~0ull : 0;
+  for (size_t k = 0; k < kStreams; ++k) {
+    const Stream& o = streams_[k];
+    if (k == i || !o.started) continue;
+    if (fwd && o.lo >= s.cursor) b = std::min(b, o.lo);
+    if (!fwd && o.cursor <= s.lo) b = std::max(b, o.cursor);
+  }
+  return b;
 }
 
 void SequentialPrefetcher::note_pushed(size_t stream, uint64_t lo, uint64_t hi) {

@@ -42,10 +42,12 @@ struct ByteRange {
 // on, a window of `window` bytes is kept decoded ahead of it in its direction: when the decoded
 // frontier is less than half a window ahead, [frontier, reader + window) is asked for and, when
 // the read had to wait for its bytes, the window doubles (up to `max`); with single-page windows
-// (units read one at a time) the first window is at least what the stream has gone. Backpressure is the engine's: prefetch_bytes drops work when its
-// pool is saturated. Nothing is decoded ahead until the stream has gone `after` bytes: one random
-// mmap fault becomes two or three contiguous requests (the kernel's read-around), which look
-// sequential but are not a stream.
+// (units read one at a time) the first window is at least what the stream has gone. The
+// decode-ahead never reaches into what another stream of the file has read (`bound`).
+// Backpressure is the engine's: prefetch_bytes drops work when its pool is saturated. Nothing is
+// decoded ahead until the stream has gone `after` bytes: one random mmap fault becomes two or
+// three contiguous requests (the kernel's read-around), which look sequential but are not a
+// stream.
 class SequentialPrefetcher {
  public:
   struct Config {
@@ -106,6 +108,12 @@ class SequentialPrefetcher {
     std::shared_ptr<ReadCover> cover;
   };
   bool goes_on(Stream& s, uint64_t off, uint64_t end, uint64_t tol) const;
+  // How far stream i may decode ahead: up to the nearest part of the file another stream of it
+  // has read, in i's direction (its lo going forward, its cursor going backward; none: the
+  // file's end or 0). A reader walking towards bytes it read before stops there, or has them:
+  // memmove copying a slice backwards touches the slice's first page, then walks down from its
+  // end; two threads copying halves meet at the middle. Decoding past them is for nobody.
+  uint64_t bound(size_t i) const;
   // A stream: three reads or more, with a direction, over at least `after` bytes (random reads
   // of a small file land next to each other now and then; three in a row rarely).
   bool long_enough(const Stream& s) const {

@@ -195,6 +195,7 @@ TEST_CASE("read policy: two readers of one open file keep a stream each", "[vfs]
     ++requests;
     const ReadFollowUp f = p.after_read(page, 4096, all_decoded);
     prefetched += f.prefetch.len;
+    if (t == 0 && f.prefetch.len) CHECK(f.prefetch.end() <= n / 2 * kUnit);  // not into the other half
     ahead += f.ahead.len;
     cache.add({page, 4096});
     for (const ByteRange& r : {f.around[0], f.around[1], f.ahead}) cache.add(r);
@@ -247,4 +248,52 @@ TEST_CASE("read policy: a backward stream's cover grows downwards", "[vfs][polic
   REQUIRE(p.stream().direction() == SequentialPrefetcher::Direction::Backward);
   CHECK(cover->covers(191 * kUnit, 200 * kUnit));
   CHECK_FALSE(cover->covers(189 * kUnit, 200 * kUnit));
+}
+
+TEST_CASE("read policy: decode-ahead stops at what another stream of the file read", "[vfs][policy]") {
+  // glibc's memmove copies a slice below its non-temporal threshold backwards when the
+  // destination lies above the source: it touches the slice's first page, then walks down from
+  // its end. The walk's decode-ahead must stop at the first page's unit, where the walk ends,
+  // not decode as far below it as the walk has gone (75 frames for nobody under a 120-frame
+  // slice, before).
+  const uint64_t n = 1200, lo = 600, hi = 720;
+  ReadPolicy p(frames(n), stream_cfg());
+  REQUIRE(p.choose_readahead_kb(true, 1024) == 4);
+  PageCache cache;
+  auto fault = [&](uint64_t page, auto&& check) {
+    if (cache.pages.count(page)) return;
+    const ReadFollowUp f = p.after_read(page, 4096, none_decoded);
+    check(f);
+    cache.add({page, 4096});
+    for (const ByteRange& r : {f.around[0], f.around[1], f.ahead}) cache.add(r);
+  };
+  uint64_t decoded_ahead = 0;
+  const auto above_lo = [&](const ReadFollowUp& f) {
+    if (!f.prefetch.len) return;
+    CHECK(f.prefetch.off >= lo * kUnit);
+    decoded_ahead += f.prefetch.len;
+  };
+  fault(kHeader + lo * kUnit, above_lo);
+  for (uint64_t pg = hi * kUnit / 4096; pg-- > lo * kUnit / 4096;) fault(kHeader + pg * 4096, above_lo);
+  CHECK(decoded_ahead > 0);  // the walk was decoded ahead
+  // Going forward, the same: a reader that read a frame at 700 before, then streams from 600.
+  ReadPolicy q(frames(n), stream_cfg());
+  q.choose_readahead_kb(true, 1024);
+  q.after_read(kHeader + 700 * kUnit, 4096, none_decoded);
+  uint64_t top = 0;
+  for (uint64_t u = 600; u < 700; ++u) {
+    const ReadFollowUp f = q.after_read(kHeader + u * kUnit, 4096, none_decoded);
+    if (f.prefetch.len) top = std::max(top, f.prefetch.end());
+  }
+  CHECK(top > 600 * kUnit);
+  CHECK(top <= 700 * kUnit);
+  // With no other stream the window goes on as before (the file's end).
+  ReadPolicy r(frames(n), stream_cfg());
+  r.choose_readahead_kb(true, 1024);
+  top = 0;
+  for (uint64_t u = 600; u < 700; ++u) {
+    const ReadFollowUp f = r.after_read(kHeader + u * kUnit, 4096, none_decoded);
+    if (f.prefetch.len) top = std::max(top, f.prefetch.end());
+  }
+  CHECK(top > 700 * kUnit);
 }
