@@ -14,7 +14,9 @@ Cells: deflate1 (shuffle+deflate(1), one 512x128 uint16 frame per chunk), deflat
 chunk), chunked (uncompressed, a frame a chunk), contiguous (uncompressed, contiguous), run (an
 EuXFEL run's image.data over 3 sequence files, raw: uncompressed, a frame a chunk), stack (a
 4-module JUNGFRAU-like stack, frames first, raw), run_deflate / stack_deflate (the same with
-shuffle+deflate(1)); runopen (a 43-file run: listing and opening, see below). --frames scales them.
+shuffle+deflate(1)); deflate1_farray / deflate1_earray / deflate1_btree2 (deflate1 written with
+libver='latest': its chunk index a fixed array, an extensible array (one unlimited axis), a v2
+B-tree (two)); runopen (a 43-file run: listing and opening, see below). --frames scales them.
 
 Access patterns: mmap (full copy through np.load(mmap_mode='r')), read (read() of the whole
 .raw into a buffer), slice10 (the middle 10% of the frames), random1 (--random frames, one
@@ -129,6 +131,11 @@ CELLS = {
     'stack': dict(kind='stack', chunk=1, comp='none'),
     'run_deflate': dict(kind='run', chunk=1, comp='deflate'),
     'stack_deflate': dict(kind='stack', chunk=1, comp='deflate'),
+    # deflate1 with the chunk indexes of HDF5 1.10's file format (libver='latest'): a fixed
+    # array (fixed shape), an extensible array (one unlimited axis), a v2 B-tree (two)
+    'deflate1_farray': dict(kind='plain', chunk=1, comp='deflate', libver='latest'),
+    'deflate1_earray': dict(kind='plain', chunk=1, comp='deflate', libver='latest', unlimited=1),
+    'deflate1_btree2': dict(kind='plain', chunk=1, comp='deflate', libver='latest', unlimited=2),
 }
 DEFAULT_CELLS = ['deflate1', 'deflate8', 'chunked', 'contiguous', 'run', 'stack', 'runopen']
 ACCESS = ['mmap', 'read', 'slice10', 'random1', 'random4', 'halves']
@@ -204,6 +211,8 @@ def h5_kw(spec):
     kw = dict(chunks=(spec['chunk'],) + FRAME) if spec['chunk'] else {}
     if spec['comp'] == 'deflate':
         kw.update(compression='gzip', compression_opts=1, shuffle=True)
+    if spec.get('unlimited'):
+        kw['maxshape'] = (None,) * spec['unlimited'] + FRAME[spec['unlimited'] - 1:]
     return kw
 
 
@@ -225,7 +234,7 @@ class Cell:
             kw = h5_kw(self.spec)
             if kind == 'plain':
                 path = osp.join(self.dir, 'frames.h5')
-                with h5py.File(path, 'w') as f:
+                with h5py.File(path, 'w', libver=self.spec.get('libver', 'earliest')) as f:
                     ds = f.create_dataset('data', shape=(n,) + FRAME, dtype='u2', **kw)
                     for a, b in split(n, max(1, n // 800)):
                         ds[a:b] = noisy(b - a, a + 1)
