@@ -32,20 +32,25 @@ class BTree2Reader {
  public:
   explicit BTree2Reader(IndexContext& ctx) : ctx_(ctx), O_(ctx.geo.sizeof_offsets) {}
 
+  // Level by level: the nodes of a level are announced to the source at once (a cold tree on
+  // slow storage costs a round trip per level, not one per node), then read in key order.
   void run() {
     NodeRef root = read_header();
     if (root.addr == kUndefAddr || root.nrec == 0) return;
-    std::vector<NodeRef> stack{root};
+    std::vector<NodeRef> level{root}, next;
     std::unordered_set<uint64_t> visited;
-    while (!stack.empty()) {
-      NodeRef n = stack.back();
-      stack.pop_back();
-      if (!visited.insert(n.addr).second)
-        fail_at(ctx_.where("v2 B-tree node", n.addr), "node visited twice (loop in the B-tree)");
-      if (n.depth == 0)
-        read_leaf(n);
-      else
-        read_internal(n, stack);
+    while (!level.empty()) {
+      announce(level);
+      next.clear();
+      for (const NodeRef& n : level) {
+        if (!visited.insert(n.addr).second)
+          fail_at(ctx_.where("v2 B-tree node", n.addr), "node visited twice (loop in the B-tree)");
+        if (n.depth == 0)
+          read_leaf(n);
+        else
+          read_internal(n, next);
+      }
+      level.swap(next);
     }
     if (seen_ != total_)
       fail_at(hw_, "tree holds " + std::to_string(seen_) + " records, header says " + std::to_string(total_));
@@ -144,14 +149,13 @@ class BTree2Reader {
     records(w, buf.data() + 6, n.nrec);
   }
 
-  void read_internal(const NodeRef& n, std::vector<NodeRef>& stack) {
+  void read_internal(const NodeRef& n, std::vector<NodeRef>& next) {
     Where w = ctx_.where("v2 B-tree internal node", n.addr);
     const uint64_t psize = ptr_size_[n.depth];
     std::vector<uint8_t> buf = read_node(w, "BTIN", kPrefix + n.nrec * rrec_ + (n.nrec + 1) * psize);
     records(w, buf.data() + 6, n.nrec);
     Cursor c(w, ctx_.geo, buf);
     c.seek(6 + n.nrec * rrec_);
-    const size_t first = stack.size();
     for (uint64_t i = 0; i <= n.nrec; ++i) {
       NodeRef child{};
       child.addr = c.addr();
@@ -160,9 +164,23 @@ class BTree2Reader {
       child.depth = n.depth - 1;
       if (child.addr == kUndefAddr) fail_at(w, "undefined child address");
       if (child.nrec > max_nrec_[child.depth]) fail_at(w, "child record count above node capacity");
-      stack.push_back(child);
+      next.push_back(child);
     }
-    std::reverse(stack.begin() + static_cast<std::ptrdiff_t>(first), stack.end());
+  }
+
+  // The nodes of a level, their sizes from the record counts their parents gave; a hint the
+  // read budget could not pay is not given (the reads that follow check everything).
+  void announce(const std::vector<NodeRef>& nodes) {
+    if (nodes.size() < 2) return;
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    uint64_t total = 0;
+    for (const NodeRef& n : nodes) {
+      const uint64_t bytes = kPrefix + n.nrec * rrec_ + (n.depth ? (n.nrec + 1) * ptr_size_[n.depth] : 0);
+      ranges.emplace_back(n.addr, bytes);
+      total += bytes;
+      if (total > ctx_.read_budget) return;
+    }
+    ctx_.src.prefetch(ranges);
   }
 
   IndexContext& ctx_;

@@ -140,6 +140,24 @@ class ExtensibleArrayReader {
     for (auto& a : dblks) a = c.addr();
     for (auto& a : sblks) a = c.addr();
 
+    // The blocks the index block points to are read next, one after another: ask the source
+    // for all of them at once first (a cold array is one round trip per block otherwise), then
+    // for the data blocks of all the super blocks at once.
+    Hint hint;
+    for (size_t u = 0; u < sblk_.size(); ++u) {
+      const SuperBlockInfo& s = sblk_[u];
+      const uint64_t first = iblk_elmts_ + s.start_idx;
+      if (s.start_idx == ~uint64_t(0) || first >= limit_) break;
+      if (u < iblk_nsblks_) {
+        for (uint64_t j = 0; j < s.ndblks && s.start_dblk + j < dblks.size(); ++j)
+          if (first + j * s.dblk_nelmts < limit_) hint.add(dblks[s.start_dblk + j], data_block_bytes(s.dblk_nelmts));
+      } else if (u - iblk_nsblks_ < sblks.size()) {
+        hint.add(sblks[u - iblk_nsblks_], super_block_bytes(s));
+      }
+    }
+    hint.give(ctx_);
+
+    std::vector<PendingBlock> pending;  // the super blocks' data blocks
     for (size_t u = 0; u < sblk_.size(); ++u) {
       const SuperBlockInfo& s = sblk_[u];
       const uint64_t first = iblk_elmts_ + s.start_idx;
@@ -151,10 +169,23 @@ class ExtensibleArrayReader {
           read_data_block(dblks[d], first + j * s.dblk_nelmts, s.dblk_nelmts, nullptr, 0);
         }
       } else {
-        read_super_block(sblks[u - iblk_nsblks_], s, first);
+        read_super_block(sblks[u - iblk_nsblks_], s, first, pending);
       }
     }
+    Hint more;
+    for (const PendingBlock& b : pending) more.add(b.addr, data_block_bytes(b.nelmts));
+    more.give(ctx_);
+    for (const PendingBlock& b : pending)
+      read_data_block(b.addr, b.first, b.nelmts, b.super ? b.super->data() + b.bitmap_at : nullptr, b.bit0);
   }
+
+  // A data block a super block points to, read after all the super blocks.
+  struct PendingBlock {
+    uint64_t addr, first, nelmts;
+    std::shared_ptr<const std::vector<uint8_t>> super;  // its super block (for the page bitmap); null: none
+    size_t bitmap_at;
+    uint64_t bit0;
+  };
 
   void check_prefix(Cursor& c, const Where& w) {
     if (c.u8() != 0) fail_at(w, "unsupported version");
@@ -162,7 +193,7 @@ class ExtensibleArrayReader {
     if (c.addr() != ctx_.layout.index_addr) fail_at(w, "header address does not point back to the header");
   }
 
-  void read_super_block(uint64_t addr, const SuperBlockInfo& s, uint64_t first) {
+  void read_super_block(uint64_t addr, const SuperBlockInfo& s, uint64_t first, std::vector<PendingBlock>& out) {
     if (addr == kUndefAddr) return;
     Where w = ctx_.where("extensible array super block", addr);
     const uint64_t npages = s.dblk_nelmts > page_nelmts_ ? s.dblk_nelmts / page_nelmts_ : 0;
@@ -171,19 +202,21 @@ class ExtensibleArrayReader {
     const uint64_t dblk_bitmap = (npages + 7) / 8;
     if (s.ndblks > ctx_.src.size() / O_ || dblk_bitmap > ctx_.src.size()) fail_at(w, "too many data blocks");
     const uint64_t bitmap_bytes = s.ndblks * dblk_bitmap;
-    std::vector<uint8_t> buf = ctx_.read(w, 6 + O_ + arr_off_size_ + bitmap_bytes + s.ndblks * O_ + 4);
-    verify_checksum(w, buf.data(), buf.size());
-    Cursor c(w, ctx_.geo, buf);
+    auto buf = std::make_shared<const std::vector<uint8_t>>(
+        ctx_.read(w, 6 + O_ + arr_off_size_ + bitmap_bytes + s.ndblks * O_ + 4));
+    verify_checksum(w, buf->data(), buf->size());
+    Cursor c(w, ctx_.geo, *buf);
     c.expect_signature("EASB");
     check_prefix(c, w);
     c.skip(arr_off_size_);  // block offset (informative)
-    const uint8_t* bitmap = c.here();
+    const size_t bitmap_at = c.pos();
     c.skip(bitmap_bytes);
     for (uint64_t j = 0; j < s.ndblks; ++j) {
       const uint64_t start = first + j * s.dblk_nelmts;
       const uint64_t daddr = c.addr();
       if (start >= limit_) break;
-      read_data_block(daddr, start, s.dblk_nelmts, npages ? bitmap : nullptr, j * npages);
+      if (daddr == kUndefAddr) continue;
+      out.push_back({daddr, start, s.dblk_nelmts, npages ? buf : nullptr, bitmap_at, j * npages});
     }
   }
 
@@ -223,6 +256,37 @@ class ExtensibleArrayReader {
         element(pw, pfirst + i, buf.data() + off + i * esize_);
     }
   }
+
+  // Bytes of a data block of `nelmts` elements and of a super block (as read_data_block and
+  // read_super_block read them); 0 where they could not fit in the file.
+  uint64_t data_block_bytes(uint64_t nelmts) const {
+    uint64_t elems = 0;
+    if (mul_overflows(nelmts, esize_, &elems) || elems > ctx_.src.size()) return 0;
+    const uint64_t npages = nelmts > page_nelmts_ ? nelmts / page_nelmts_ : 0;
+    return 6 + O_ + arr_off_size_ + 4 + elems + npages * 4;
+  }
+  uint64_t super_block_bytes(const SuperBlockInfo& s) const {
+    const uint64_t npages = s.dblk_nelmts > page_nelmts_ ? s.dblk_nelmts / page_nelmts_ : 0;
+    uint64_t bitmap = 0;
+    if (s.ndblks > ctx_.src.size() / O_ || mul_overflows(s.ndblks, (npages + 7) / 8, &bitmap) ||
+        bitmap > ctx_.src.size())
+      return 0;
+    return 6 + O_ + arr_off_size_ + bitmap + s.ndblks * O_ + 4;
+  }
+  // Blocks about to be read, given to the source at once when there are two or more and the
+  // read budget would pay for them (a hint: the reads that follow check everything).
+  struct Hint {
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    uint64_t total = 0;
+    void add(uint64_t addr, uint64_t bytes) {
+      if (addr == kUndefAddr || bytes == 0) return;
+      ranges.emplace_back(addr, bytes);
+      total = bytes > ~uint64_t(0) - total ? ~uint64_t(0) : total + bytes;
+    }
+    void give(const IndexContext& ctx) const {
+      if (ranges.size() > 1 && total <= ctx.read_budget) ctx.src.prefetch(ranges);
+    }
+  };
 
   IndexContext& ctx_;
   const size_t O_;

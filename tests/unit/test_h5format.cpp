@@ -320,6 +320,69 @@ TEST_CASE("h5format: large indexes (paged extensible array data blocks, deep v2 
   }
 }
 
+// A source that remembers the prefetch hints it was given and which reads they announced.
+class HintedSource final : public ByteSource {
+ public:
+  explicit HintedSource(std::vector<uint8_t> b) : mem_(std::move(b), "hinted.h5") {}
+  void read_at(uint64_t off, void* buf, size_t n) const override {
+    bool covered = false;
+    for (const auto& [h, len] : hints_) covered |= off >= h && off + n <= h + len;
+    ++(covered ? hinted_reads : unhinted_reads);
+    mem_.read_at(off, buf, n);
+  }
+  uint64_t size() const override { return mem_.size(); }
+  std::string name() const override { return mem_.name(); }
+  void prefetch(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const override {
+    ++hint_calls;
+    hints_.insert(hints_.end(), ranges.begin(), ranges.end());
+  }
+  mutable unsigned hinted_reads = 0, unhinted_reads = 0, hint_calls = 0;
+
+ private:
+  MemorySource mem_;
+  mutable std::vector<std::pair<uint64_t, uint64_t>> hints_;
+};
+
+TEST_CASE("h5format: every chunk index announces the nodes and blocks it reads next", "[h5format]") {
+  // On slow storage a cold index costs a round trip per structure read one after another; a
+  // parser that announces a level's nodes or blocks before reading them costs one per level.
+  // Each read of the index below its first levels must lie in a range announced before it.
+  QuietHdf5 quiet;
+  struct Big {
+    const char* name;
+    FixtureSpec spec;
+    ChunkIndexType expect;
+    unsigned max_unhinted;  // reads nothing announces: header, root node or index block
+    unsigned max_hints;     // one per level below that
+  };
+  const Big bigs[] = {
+      {"v1 B-tree, 1,500 chunks", spec(false, {3000}, {U}, {2}, true), ChunkIndexType::BTreeV1, 2, 1},
+      {"extensible array, super blocks", spec(true, {2600}, {U}, {1}, true), ChunkIndexType::ExtensibleArray, 2, 2},
+      {"v2 B-tree depth 2", spec(true, {160, 150}, {U, U}, {1, 1}, true), ChunkIndexType::BTreeV2, 2, 2},
+  };
+  int i = 0;
+  for (const Big& b : bigs) {
+    DYNAMIC_SECTION(b.name) {
+      const std::string path = h5format_tmp_path("hinted_" + std::to_string(i) + ".h5");
+      create_fixture(path, b.spec);
+      Oracle o = query_oracle(path, 0, 30);
+      HintedSource src(read_file_bytes(path));
+      const LayoutInfo layout = read_layout(src, o.geo, o.ohdr_addr);
+      REQUIRE(layout.index_type == b.expect);
+      src.hinted_reads = src.unhinted_reads = 0;
+      Parsed p;
+      p.layout = layout;
+      p.map = read_chunk_map(src, o.geo, layout, o.dims, o.maxdims, o.elem_size, o.filtered);
+      compare_with_oracle(o, p);
+      INFO("hinted reads " << src.hinted_reads << ", unhinted " << src.unhinted_reads << ", hints " << src.hint_calls);
+      CHECK(src.unhinted_reads <= b.max_unhinted);
+      CHECK(src.hinted_reads >= 10);  // the index has many structures
+      CHECK(src.hint_calls <= b.max_hints);  // a level at once
+    }
+    ++i;
+  }
+}
+
 TEST_CASE("h5format: contiguous and compact layouts", "[h5format]") {
   QuietHdf5 quiet;
   for (bool latest : {false, true}) {
