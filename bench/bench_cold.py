@@ -16,7 +16,8 @@ EuXFEL run's image.data over 3 sequence files, raw: uncompressed, a frame a chun
 4-module JUNGFRAU-like stack, frames first, raw), run_deflate / stack_deflate (the same with
 shuffle+deflate(1)); deflate1_farray / deflate1_earray / deflate1_btree2 (deflate1 written with
 libver='latest': its chunk index a fixed array, an extensible array (one unlimited axis), a v2
-B-tree (two)); runopen (a 43-file run: listing and opening, see below). --frames scales them.
+B-tree (two)); deflate_tiles (deflate1 in chunks of 64x128, 8 a frame), deflate_auto (deflate1 in h5py's
+own chunk shape); runopen (a 43-file run: listing and opening, see below). --frames scales them.
 
 Access patterns: mmap (full copy through np.load(mmap_mode='r')), read (read() of the whole
 .raw into a buffer), slice10 (the middle 10% of the frames), random1 (--random frames, one
@@ -136,6 +137,11 @@ CELLS = {
     'deflate1_farray': dict(kind='plain', chunk=1, comp='deflate', libver='latest'),
     'deflate1_earray': dict(kind='plain', chunk=1, comp='deflate', libver='latest', unlimited=1),
     'deflate1_btree2': dict(kind='plain', chunk=1, comp='deflate', libver='latest', unlimited=2),
+    # small chunks: a frame in 8 tiles of 64x128 (16 KiB before compression)
+    'deflate_tiles': dict(kind='plain', chunk=1, comp='deflate', chunks=(1, 64, 128)),
+    # h5py's own chunk shape (chunks=True: (75, 32, 16) for 1,200 frames), as files get it when
+    # their writer asks for compression and nothing else
+    'deflate_auto': dict(kind='plain', chunk=1, comp='deflate', chunks=True),
 }
 DEFAULT_CELLS = ['deflate1', 'deflate8', 'chunked', 'contiguous', 'run', 'stack', 'runopen']
 ACCESS = ['mmap', 'read', 'slice10', 'random1', 'random4', 'halves']
@@ -208,7 +214,7 @@ def noisy(n, seed):
 
 
 def h5_kw(spec):
-    kw = dict(chunks=(spec['chunk'],) + FRAME) if spec['chunk'] else {}
+    kw = dict(chunks=spec.get('chunks', (spec['chunk'],) + FRAME)) if spec['chunk'] else {}
     if spec['comp'] == 'deflate':
         kw.update(compression='gzip', compression_opts=1, shuffle=True)
     if spec.get('unlimited'):
@@ -631,6 +637,8 @@ try:
                 readers = READERS[rnd % 3:] + READERS[:rnd % 3]  # who goes first changes by round
                 for c in cells:
                     for reader in readers:
+                        if reader == 'direct' and 'chunks' in c.spec:
+                            continue  # the direct reader reads chunks of whole rows only
                         full = None  # h5py and the direct reader: mmap and read are the same work
                         for access in accesses:
                             key = (c.name, sname, access, reader)
@@ -674,6 +682,11 @@ def med(v):
     return v[len(v) // 2] if v else None
 
 
+def num(v, digits):
+    """v with `digits` decimals; '-' for a reader that did not read the cell."""
+    return '-' if v is None else f'{v:.{digits}f}'
+
+
 def med_io(key):
     """Per counter, the median over the passes."""
     passes = iolog.get(key, [])
@@ -714,13 +727,14 @@ for c in cells:
         for access in accesses:
             t = {r: med(results.get((c.name, sname, access, r), [])) for r in READERS}
             ios = {r: med_io((c.name, sname, access, r)) for r in READERS}
+            x_direct = t['direct'] / t['h5direct'] if t['direct'] is not None else None
             row = dict(cell=c.name, storage=sname, latency_ms=st[0], bandwidth_mbs=st[1], access=access,
-                       seconds=t, x_h5py=t['h5py'] / t['h5direct'], x_direct=t['direct'] / t['h5direct'], io=ios)
+                       seconds=t, x_h5py=t['h5py'] / t['h5direct'], x_direct=x_direct, io=ios)
             table.append(row)
             reqs = ' / '.join(fmt_io(slowfs_brief(ios[r].get('slowfs'))) or '-' for r in READERS)
             lines.append(f'| {c.name} ({c.nbytes / 1e6:.0f} MB, {c.ratio:.1f}x) | {sname} | {access} | '
-                         f'{t["h5py"]:.3f} | {t["direct"]:.3f} | {t["h5direct"]:.3f} | {row["x_h5py"]:.2f} | '
-                         f'{row["x_direct"]:.2f} | {fmt_io(ios["h5direct"].get("h5direct"))} | {reqs} |')
+                         f'{t["h5py"]:.3f} | {num(t["direct"], 3)} | {t["h5direct"]:.3f} | {row["x_h5py"]:.2f} | '
+                         f'{num(x_direct, 2)} | {fmt_io(ios["h5direct"].get("h5direct"))} | {reqs} |')
 if runopen:
     lines += ['', f'runopen: {runopen.nfiles} files, {runopen.frames} frames a module; the key read is '
               f'{RUNOPEN_SOURCE} image.data ({runopen.reference.nbytes / 1e6:.0f} MB).', '',
