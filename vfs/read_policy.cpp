@@ -169,9 +169,15 @@ ByteSpan ReadPolicy::unit(uint64_t data_off) const {
   } catch (const std::exception&) {
     return {};  // e.g. a part that cannot be opened: its reader gets (and logs) the error
   }
-  // A unit must hold the offset it was asked for; anything else is treated as no unit.
+  // A unit must hold the offset it was asked for; anything else is treated as no unit. Nor is
+  // one smaller than a page: the kernel reads and caches whole pages, and a page then holds the
+  // runs of several chunks (h5py's own chunk shape for 1,200 frames of 512x128, (75, 32, 16),
+  // has runs of 32 bytes), so pushing "the rest of the unit" means nothing, and walking 1 MiB
+  // ahead by such units cost 32,768 cache lookups per read (the daemon's CPU 8x that of frames).
   if (u.empty() || u.lo > data_off || u.hi <= data_off) return {};
-  return {u.lo, std::min(u.hi, g_.data_size)};
+  u.hi = std::min(u.hi, g_.data_size);
+  if (u.hi - u.lo < kPage) return {};
+  return u;
 }
 
 ByteRange ReadPolicy::pages(uint64_t from, uint64_t to) const {
@@ -232,9 +238,11 @@ unsigned ReadPolicy::choose_readahead_kb(bool push, unsigned mount_kb) {
   if (!g_.decodes || !push) return mount_kb;
   // Single-page windows: a fault asks for its page alone (no read-around to mistake for a
   // stream), so reads that follow each other exactly are a stream: decode ahead once it has gone
-  // two units.
+  // two units. Without units (none of a page or more) nothing would be pushed: a fault
+  // costs a request per page then, so the mount's read-ahead stays, as for other files.
   const ByteSpan u = unit(0);
-  if (!u.empty()) stream_.single_page_windows(u.hi - u.lo);
+  if (u.empty()) return mount_kb;
+  stream_.single_page_windows(u.hi - u.lo);
   return 4;
 }
 

@@ -297,3 +297,22 @@ TEST_CASE("read policy: decode-ahead stops at what another stream of the file re
   }
   CHECK(top > 700 * kUnit);
 }
+
+TEST_CASE("read policy: units smaller than a page are no units: the mount's read-ahead, no pushes", "[vfs][policy]") {
+  // h5py's own chunk shape for frames of 512x128, (75, 32, 16): a chunk's runs are 32 bytes, a
+  // page holds runs of 8 chunks. Walking such units cost the daemon 8x its CPU on frames.
+  ReadPolicy p(frames(1 << 20, 32), stream_cfg());  // 32 MiB
+  CHECK(p.choose_readahead_kb(true, 1928) == 1928);
+  uint64_t prefetched = 0;
+  for (uint64_t k = 0; k < 16; ++k) {  // a stream of 1 MiB requests
+    const ReadFollowUp f = p.after_read(kHeader + k * (1 << 20), 1 << 20, all_decoded);
+    CHECK(f.around[0].len == 0);
+    CHECK(f.around[1].len == 0);
+    CHECK(f.ahead.len == 0);
+    prefetched += f.prefetch.len;
+  }
+  CHECK(prefetched > 0);  // the stream is still decoded ahead
+  // A page-sized unit is a unit.
+  ReadPolicy q(frames(1000, 4096), stream_cfg());
+  CHECK(q.choose_readahead_kb(true, 1928) == 4);
+}
