@@ -393,49 +393,73 @@ class ChunkedArray final : public DatasetArray {
     }
     for (Want& w : alone) {
       w.request = plan.request;  // a large chunk read alone is split over the depth as a run is
-      plan.add(chunk_task(std::move(w), prefetch, nullptr), key);
+      plan.add(chunk_task(std::move(w), prefetch), key);
     }
   }
 
-  // The task that reads (or finds cached) one chunk and, for a reader, copies its part out.
-  // `stored`: the chunk's stored bytes, already read by a merged request (or null).
-  std::function<void()> chunk_task(Want w, bool prefetch, std::shared_ptr<const std::vector<uint8_t>> stored,
-                                   uint64_t stored_at = 0) const {
+  // The task that reads (or finds cached, or waits for) one chunk and, for a reader, copies its
+  // part out.
+  std::function<void()> chunk_task(Want w, bool prefetch) const {
     // A decode-ahead task runs when nobody waits for it: it holds the array.
     std::shared_ptr<const DatasetArray> keep = prefetch ? weak_from_this().lock() : nullptr;
-    return [this, keep, w = std::move(w), prefetch, stored = std::move(stored), stored_at] {
-      const uint8_t* src = stored ? stored->data() + (w.loc.addr - stored_at) : nullptr;
+    return [this, keep, w = std::move(w), prefetch] {
       if (prefetch) {
         try {
-          get_chunk(w.cc, w.lin, w.loc, src, false, w.request);
+          get_chunk(w.cc, w.lin, w.loc, false, w.request);
           engine_.stats().chunks_prefetched.fetch_add(1, std::memory_order_relaxed);
         } catch (const std::exception&) {
           // The reader that asks for this chunk gets (and logs) the error.
         }
         return;
       }
-      ChunkBytes bytes = get_chunk(w.cc, w.lin, w.loc, src, /*urgent=*/true, w.request);
-      copy_region(w.in_chunk.count, dtype().itemsize,
-                  bytes->data() + offset_in_chunk(w.in_chunk.start), c_strides(chunk_ext_, dtype().itemsize),
-                  w.d.base, w.d.strides);
-      if (w.to_end) engine_.cache().consumed(ChunkKey{array_id_, w.lin});
+      copy_out(w, get_chunk(w.cc, w.lin, w.loc, /*urgent=*/true, w.request));
     };
   }
 
+  // A reader's part of a decoded chunk, into its destination.
+  void copy_out(const Want& w, const ChunkBytes& bytes) const {
+    copy_region(w.in_chunk.count, dtype().itemsize, bytes->data() + offset_in_chunk(w.in_chunk.start),
+                c_strides(chunk_ext_, dtype().itemsize), w.d.base, w.d.strides);
+    if (w.to_end) engine_.cache().consumed(ChunkKey{array_id_, w.lin});
+  }
+
   // One source request for chunks adjacent in the file, then their decoding on the pool. The
-  // request covers the chunks not cached (nor being decoded) when it starts; when it fails, each
-  // chunk is read on its own, so the error names the chunk it is about.
+  // group claims the chunks nobody has cached or is decoding (ChunkCache::claim) before its
+  // request, and reads only those: reads of them meanwhile wait for this group instead of
+  // reading them again (h5py's own chunk shape puts a frame in 128 chunks of 75 frames, so the
+  // kernel's concurrent read-ahead requests for neighbouring frames all wanted the same block:
+  // twice the file's bytes were read). When the request fails, each claimed chunk is read on
+  // its own, so the error names the chunk it is about. The claimed chunks are decoded in one
+  // batch before the group waits for any chunk another group claimed: a group never waits while
+  // holding claims, so two groups cannot wait for each other.
   std::function<void()> group_task(std::vector<Want> group, bool prefetch) const {
     std::shared_ptr<const DatasetArray> keep = prefetch ? weak_from_this().lock() : nullptr;
     return [this, keep, group = std::move(group), prefetch]() mutable {
+      ChunkCache& cache = engine_.cache();
+      std::vector<ChunkCache::Claim> claims(group.size());
       uint64_t lo = ~0ull, hi = 0;
       size_t n = 0;
-      for (const Want& w : group) {
-        if (engine_.cache().contains(ChunkKey{array_id_, w.lin})) continue;
-        lo = std::min(lo, w.loc.addr);
-        hi = std::max(hi, w.loc.addr + w.loc.size);
+      for (size_t i = 0; i < group.size(); ++i) {
+        claims[i] = cache.claim(ChunkKey{array_id_, group[i].lin});
+        if (!claims[i]) continue;
+        lo = std::min(lo, group[i].loc.addr);
+        hi = std::max(hi, group[i].loc.addr + group[i].loc.size);
         ++n;
       }
+      // Claims a task did not end (a batch that threw skips the tasks not started) fail, so
+      // that nobody waits for them forever.
+      struct Unclaim {
+        ChunkCache& cache;
+        std::vector<ChunkCache::Claim>& claims;
+        const std::vector<Want>& group;
+        uint64_t id;
+        ~Unclaim() {
+          for (size_t i = 0; i < claims.size(); ++i)
+            if (claims[i])
+              cache.fail(ChunkKey{id, group[i].lin}, claims[i],
+                         std::make_exception_ptr(Error(EIO, "chunk not decoded: its merged request ended early")));
+        }
+      } unclaim{cache, claims, group, array_id_};
       std::shared_ptr<std::vector<uint8_t>> stored;
       if (n > 1) {
         try {
@@ -453,12 +477,37 @@ class ChunkedArray final : public DatasetArray {
           stored.reset();  // each chunk reads (and names) itself
         }
       }
-      std::vector<std::function<void()>> tasks;
-      for (Want& w : group) {
+      std::vector<std::function<void()>> mine, others;
+      for (size_t i = 0; i < group.size(); ++i) {
+        Want& w = group[i];
+        if (!claims[i]) {
+          if (!prefetch) others.push_back(chunk_task(std::move(w), false));
+          continue;
+        }
         const bool in_buf = stored && w.loc.addr >= lo && w.loc.addr + w.loc.size <= hi;
-        tasks.push_back(chunk_task(std::move(w), prefetch, in_buf ? stored : nullptr, lo));
+        const uint8_t* src = in_buf ? stored->data() + (w.loc.addr - lo) : nullptr;
+        mine.push_back([this, &w, &claim = claims[i], src, prefetch] {
+          const ChunkKey key{array_id_, w.lin};
+          ChunkBytes bytes;
+          try {
+            bytes = decode(w.cc, w.loc, src, !prefetch, w.request);
+          } catch (...) {
+            engine_.cache().fail(key, claim, std::current_exception());
+            claim.reset();
+            if (prefetch) return;  // the reader that asks for this chunk gets (and logs) the error
+            throw;
+          }
+          engine_.cache().fulfill(key, claim, bytes);
+          claim.reset();
+          engine_.stats().cache_misses.fetch_add(1, std::memory_order_relaxed);
+          if (prefetch)
+            engine_.stats().chunks_prefetched.fetch_add(1, std::memory_order_relaxed);
+          else
+            copy_out(w, bytes);
+        });
       }
-      engine_.pool().run_all(tasks, file_key(info_->file));
+      engine_.pool().run_all(mine, file_key(info_->file));
+      if (!others.empty()) engine_.pool().run_all(others, file_key(info_->file));
     };
   }
 
@@ -469,11 +518,11 @@ class ChunkedArray final : public DatasetArray {
 
   // `urgent`: a reader waits for this chunk (not decode-ahead): it takes the next CPU slot.
   // `request`: the size of one source request for its stored bytes (0: one request for all).
-  ChunkBytes get_chunk(const Shape& cc, uint64_t lin, const fmt::ChunkLoc& loc, const uint8_t* stored = nullptr,
-                       bool urgent = false, uint64_t request = 0) const {
+  ChunkBytes get_chunk(const Shape& cc, uint64_t lin, const fmt::ChunkLoc& loc, bool urgent = false,
+                       uint64_t request = 0) const {
     bool hit = false;
     ChunkBytes b =
-        engine_.cache().get_or_load(ChunkKey{array_id_, lin}, [&] { return decode(cc, loc, stored, urgent, request); }, &hit);
+        engine_.cache().get_or_load(ChunkKey{array_id_, lin}, [&] { return decode(cc, loc, nullptr, urgent, request); }, &hit);
     (hit ? engine_.stats().cache_hits : engine_.stats().cache_misses).fetch_add(1, std::memory_order_relaxed);
     return b;
   }

@@ -91,6 +91,30 @@ void ChunkCache::consumed(const ChunkKey& key) {
   trim(s);
 }
 
+ChunkCache::Claim ChunkCache::claim(const ChunkKey& key) {
+  Shard& s = shard_of(key);
+  std::lock_guard<std::mutex> lk(s.mu);
+  if (s.map.count(key) || s.loading.count(key)) return nullptr;
+  auto c = std::make_shared<std::promise<ChunkBytes>>();
+  s.loading.emplace(key, c->get_future().share());
+  return c;
+}
+
+void ChunkCache::fulfill(const ChunkKey& key, const Claim& c, const ChunkBytes& value) {
+  Shard& s = shard_of(key);
+  std::lock_guard<std::mutex> lk(s.mu);
+  c->set_value(value);
+  s.loading.erase(key);
+  if (budget_ > 0) insert(s, key, value);
+}
+
+void ChunkCache::fail(const ChunkKey& key, const Claim& c, std::exception_ptr error) {
+  Shard& s = shard_of(key);
+  std::lock_guard<std::mutex> lk(s.mu);
+  c->set_exception(error);
+  s.loading.erase(key);
+}
+
 ChunkBytes ChunkCache::peek(const ChunkKey& key) {
   Shard& s = shard_of(key);
   std::lock_guard<std::mutex> lk(s.mu);

@@ -41,6 +41,14 @@ class ChunkCache {
   // Returns the cached chunk or runs `load` (once across concurrent callers) and caches it.
   // `hit` (optional) tells whether it came from the cache.
   ChunkBytes get_or_load(const ChunkKey& key, const std::function<ChunkBytes()>& load, bool* hit = nullptr);
+  // Claims `key` for the caller to load by other means than get_or_load (a merged request
+  // reads several chunks before it decodes any): non-null when the chunk was neither cached nor
+  // being loaded; get_or_load callers then wait for the claim as for a load. The caller ends
+  // every claim it got with fulfill (the chunk is cached) or fail (waiters get the error).
+  using Claim = std::shared_ptr<std::promise<ChunkBytes>>;
+  Claim claim(const ChunkKey& key);
+  void fulfill(const ChunkKey& key, const Claim& c, const ChunkBytes& value);
+  void fail(const ChunkKey& key, const Claim& c, std::exception_ptr error);
   // Cached chunk or nullptr; never loads.
   ChunkBytes peek(const ChunkKey& key);
   bool contains(const ChunkKey& key);

@@ -277,3 +277,53 @@ TEST_CASE("a large compressed chunk read cold is split into requests over the de
   }
   CHECK(one_each);
 }
+
+TEST_CASE("concurrent reads of one block of chunks read each chunk from the source once", "[core][io]") {
+  // Chunks of 75 frames x 16 x 16 (h5py's own chunk shape is of this kind): a read of a few
+  // frames needs every chunk of their block, and so do the reads of the neighbouring frames
+  // the kernel asks for at the same time. Each chunk must be read and decoded once.
+  FileSpec f;
+  f.path = scratch_path("io_claims.h5");
+  DsetSpec d;
+  d.dims = {150, 64, 64};
+  d.chunks = {75, 16, 16};
+  d.shuffle = d.deflate = true;
+  write_dataset(f, d, 13);
+  const std::vector<uint8_t> oracle = h5_read_all(f.path, "/d");
+  const uint64_t frame = 64 * 64 * 2, frames = 10, readers = 6;  // 60 frames, all in the first block
+  auto read_block = [&](bool together, uint64_t* pread, uint64_t* decoded) {
+    EngineOptions o;
+    o.threads = 2;
+    o.io_depth = 8;
+    Engine e(o);
+    auto a = e.open_file(f.path)->dataset_array("/d");
+    evict(f.path);
+    std::vector<std::vector<uint8_t>> got(readers, std::vector<uint8_t>(frames * frame));
+    std::atomic<unsigned> ready{0};
+    auto one = [&](uint64_t k) {
+      ++ready;
+      while (together && ready.load() < readers) std::this_thread::yield();
+      e.read_bytes(*a, k * frames * frame, frames * frame, got[k].data());
+    };
+    if (together) {
+      std::vector<std::thread> ts;
+      for (uint64_t k = 0; k < readers; ++k) ts.emplace_back(one, k);
+      for (auto& t : ts) t.join();
+    } else {
+      for (uint64_t k = 0; k < readers; ++k) one(k);
+    }
+    for (uint64_t k = 0; k < readers; ++k)
+      CHECK(std::equal(got[k].begin(), got[k].end(), oracle.begin() + static_cast<std::ptrdiff_t>(k * frames * frame)));
+    *pread = e.stats().bytes_pread.load();
+    *decoded = e.stats().chunks_decoded.load();
+  };
+  uint64_t alone_bytes = 0, alone_chunks = 0;
+  read_block(false, &alone_bytes, &alone_chunks);
+  CHECK(alone_chunks == 16);  // one after another: the first read decodes the block's chunks
+  for (int round = 0; round < 3; ++round) {
+    uint64_t bytes = 0, chunks = 0;
+    read_block(true, &bytes, &chunks);
+    CHECK(chunks == 16);
+    CHECK(bytes <= alone_bytes);
+  }
+}
