@@ -16,8 +16,8 @@ EuXFEL run's image.data over 3 sequence files, raw: uncompressed, a frame a chun
 4-module JUNGFRAU-like stack, frames first, raw), run_deflate / stack_deflate (the same with
 shuffle+deflate(1)); deflate1_farray / deflate1_earray / deflate1_btree2 (deflate1 written with
 libver='latest': its chunk index a fixed array, an extensible array (one unlimited axis), a v2
-B-tree (two)); deflate_tiles (deflate1 in chunks of 64x128, 8 a frame), deflate_auto (deflate1 in h5py's
-own chunk shape); runopen (a 43-file run: listing and opening, see below). --frames scales them.
+B-tree (two)); deflate_tiles (deflate1 in chunks of 64x128, 8 a frame), deflate_auto / chunked_auto
+(deflate1 / uncompressed in h5py's own chunk shape); runopen (a 43-file run: listing and opening, see below). --frames scales them.
 
 Access patterns: mmap (full copy through np.load(mmap_mode='r')), read (read() of the whole
 .raw into a buffer), slice10 (the middle 10% of the frames), random1 (--random frames, one
@@ -142,6 +142,7 @@ CELLS = {
     # h5py's own chunk shape (chunks=True: (75, 32, 16) for 1,200 frames), as files get it when
     # their writer asks for compression and nothing else
     'deflate_auto': dict(kind='plain', chunk=1, comp='deflate', chunks=True),
+    'chunked_auto': dict(kind='plain', chunk=1, comp='none', chunks=True),  # the same, uncompressed
 }
 DEFAULT_CELLS = ['deflate1', 'deflate8', 'chunked', 'contiguous', 'run', 'stack', 'runopen']
 ACCESS = ['mmap', 'read', 'slice10', 'random1', 'random4', 'halves']

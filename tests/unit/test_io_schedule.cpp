@@ -327,3 +327,44 @@ TEST_CASE("concurrent reads of one block of chunks read each chunk from the sour
     CHECK(bytes <= alone_bytes);
   }
 }
+
+TEST_CASE("uncompressed chunks narrower than a request are read whole, once, not run by run", "[core][io]") {
+  // Chunks of 75 frames x 16 x 16, uncompressed: a read of 10 frames needs 5 KiB of each of 16
+  // chunks a block. Read run by run, every read cost a request per chunk (the next read the
+  // next 5 KiB of each): 480 requests for 32 chunks. Read whole into the chunk cache, a chunk
+  // costs one request at most (adjacent chunks share one), whatever the reads' sizes.
+  FileSpec f;
+  f.path = scratch_path("io_narrow.h5");
+  DsetSpec d;
+  d.dims = {150, 64, 64};
+  d.chunks = {75, 16, 16};
+  write_dataset(f, d, 17);
+  const std::vector<uint8_t> oracle = h5_read_all(f.path, "/d");
+  EngineOptions o;
+  o.threads = 2;
+  o.io_depth = 8;
+  Engine e(o);
+  auto a = e.open_file(f.path)->dataset_array("/d");
+  evict(f.path);
+  const uint64_t frame = 64 * 64 * 2;
+  std::vector<uint8_t> got(oracle.size());
+  for (uint64_t k = 0; k < 15; ++k) e.read_bytes(*a, k * 10 * frame, 10 * frame, got.data() + k * 10 * frame);
+  CHECK(got == oracle);
+  CHECK(e.stats().source_requests.load() <= 32);
+  CHECK(e.stats().bytes_pread.load() <= oracle.size() + 2 * 4096);  // each byte once
+  // Chunks as wide as the rows stay byte runs of the file (read straight into the reader's
+  // buffer, and spliced by the mount): nothing goes through the cache.
+  FileSpec g;
+  g.path = scratch_path("io_wide.h5");
+  DsetSpec w;
+  w.dims = {150, 64, 64};
+  w.chunks = {5, 64, 64};
+  write_dataset(g, w, 19);
+  const std::vector<uint8_t> oracle2 = h5_read_all(g.path, "/d");
+  auto b = e.open_file(g.path)->dataset_array("/d");
+  const uint64_t decoded = e.stats().chunks_decoded.load();
+  std::vector<uint8_t> got2(oracle2.size());
+  e.read_bytes(*b, 0, got2.size(), got2.data());
+  CHECK(got2 == oracle2);
+  CHECK(e.stats().chunks_decoded.load() == decoded);
+}
