@@ -122,6 +122,19 @@ std::string deflated_rows(const std::string& name, std::vector<hsize_t> dims, ui
   return f.path;
 }
 
+// /d of 150 frames of 64x64 uint16 in chunks of 75 x 16 x 16 (h5py's own chunk shape is of
+// this kind: a chunk holds a part of many frames), shuffle+deflate or stored as it is.
+std::string block_chunked(const std::string& name, bool deflate, uint32_t seed) {
+  FileSpec f;
+  f.path = scratch_path(name);
+  DsetSpec d;
+  d.dims = {150, 64, 64};
+  d.chunks = {75, 16, 16};
+  d.shuffle = d.deflate = deflate;
+  write_dataset(f, d, seed);
+  return f.path;
+}
+
 // Full reads of /d of one file, compared with libhdf5's (the oracle, read first).
 struct FullReads {
   explicit FullReads(std::string p) : path(std::move(p)), oracle(h5_read_all(path, "/d")) {}
@@ -282,22 +295,16 @@ TEST_CASE("concurrent reads of one block of chunks read each chunk from the sour
   // Chunks of 75 frames x 16 x 16 (h5py's own chunk shape is of this kind): a read of a few
   // frames needs every chunk of their block, and so do the reads of the neighbouring frames
   // the kernel asks for at the same time. Each chunk must be read and decoded once.
-  FileSpec f;
-  f.path = scratch_path("io_claims.h5");
-  DsetSpec d;
-  d.dims = {150, 64, 64};
-  d.chunks = {75, 16, 16};
-  d.shuffle = d.deflate = true;
-  write_dataset(f, d, 13);
-  const std::vector<uint8_t> oracle = h5_read_all(f.path, "/d");
+  const std::string path = block_chunked("io_claims.h5", true, 13);
+  const std::vector<uint8_t> oracle = h5_read_all(path, "/d");
   const uint64_t frame = 64 * 64 * 2, frames = 10, readers = 6;  // 60 frames, all in the first block
   auto read_block = [&](bool together, uint64_t* pread, uint64_t* decoded) {
     EngineOptions o;
     o.threads = 2;
     o.io_depth = 8;
     Engine e(o);
-    auto a = e.open_file(f.path)->dataset_array("/d");
-    evict(f.path);
+    auto a = e.open_file(path)->dataset_array("/d");
+    evict(path);
     std::vector<std::vector<uint8_t>> got(readers, std::vector<uint8_t>(frames * frame));
     std::atomic<unsigned> ready{0};
     auto one = [&](uint64_t k) {
@@ -329,23 +336,19 @@ TEST_CASE("concurrent reads of one block of chunks read each chunk from the sour
 }
 
 TEST_CASE("uncompressed chunks narrower than a request are read whole, once, not run by run", "[core][io]") {
-  // Chunks of 75 frames x 16 x 16, uncompressed: a read of 10 frames needs 5 KiB of each of 16
-  // chunks a block. Read run by run, every read cost a request per chunk (the next read the
-  // next 5 KiB of each): 480 requests for 32 chunks. Read whole into the chunk cache, a chunk
-  // costs one request at most (adjacent chunks share one), whatever the reads' sizes.
-  FileSpec f;
-  f.path = scratch_path("io_narrow.h5");
-  DsetSpec d;
-  d.dims = {150, 64, 64};
-  d.chunks = {75, 16, 16};
-  write_dataset(f, d, 17);
-  const std::vector<uint8_t> oracle = h5_read_all(f.path, "/d");
+  // Chunks of 75 frames x 16 x 16, uncompressed: a chunk's runs are 32 bytes, and a read of 10
+  // frames needs 160 of them from each of the 16 chunks of a block. Read run by run (the next
+  // read the next runs of each chunk), 32 chunks cost 38,399 requests. Read whole into the
+  // chunk cache, a chunk costs one request at most (adjacent chunks share one), whatever the
+  // reads' sizes.
+  const std::string path = block_chunked("io_narrow.h5", false, 17);
+  const std::vector<uint8_t> oracle = h5_read_all(path, "/d");
   EngineOptions o;
   o.threads = 2;
   o.io_depth = 8;
   Engine e(o);
-  auto a = e.open_file(f.path)->dataset_array("/d");
-  evict(f.path);
+  auto a = e.open_file(path)->dataset_array("/d");
+  evict(path);
   const uint64_t frame = 64 * 64 * 2;
   std::vector<uint8_t> got(oracle.size());
   for (uint64_t k = 0; k < 15; ++k) e.read_bytes(*a, k * 10 * frame, 10 * frame, got.data() + k * 10 * frame);
