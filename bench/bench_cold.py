@@ -17,7 +17,8 @@ EuXFEL run's image.data over 3 sequence files, raw: uncompressed, a frame a chun
 shuffle+deflate(1)); deflate1_farray / deflate1_earray / deflate1_btree2 (deflate1 written with
 libver='latest': its chunk index a fixed array, an extensible array (one unlimited axis), a v2
 B-tree (two)); deflate_tiles (deflate1 in chunks of 64x128, 8 a frame), deflate_auto / chunked_auto
-(deflate1 / uncompressed in h5py's own chunk shape); runopen (a 43-file run: listing and opening, see below). --frames scales them.
+(deflate1 / uncompressed in h5py's own chunk shape), deflate_blocks (chunks of 10 frames x 128
+rows); runopen (a 43-file run: listing and opening, see below). --frames scales them.
 
 Access patterns: mmap (full copy through np.load(mmap_mode='r')), read (read() of the whole
 .raw into a buffer), slice10 (the middle 10% of the frames), random1 (--random frames, one
@@ -143,6 +144,8 @@ CELLS = {
     # their writer asks for compression and nothing else
     'deflate_auto': dict(kind='plain', chunk=1, comp='deflate', chunks=True),
     'chunked_auto': dict(kind='plain', chunk=1, comp='none', chunks=True),  # the same, uncompressed
+    # chunks of 10 frames and a quarter of each (128 of 512 rows): decode units of 32 KiB
+    'deflate_blocks': dict(kind='plain', chunk=1, comp='deflate', chunks=(10, 128, 128)),
 }
 DEFAULT_CELLS = ['deflate1', 'deflate8', 'chunked', 'contiguous', 'run', 'stack', 'runopen']
 ACCESS = ['mmap', 'read', 'slice10', 'random1', 'random4', 'halves']
