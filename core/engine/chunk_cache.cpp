@@ -138,7 +138,7 @@ bool ChunkCache::ready(const ChunkKey& key) {
 
 ChunkBytes ChunkCache::get_or_load(const ChunkKey& key, const std::function<ChunkBytes()>& load, bool* hit) {
   Shard& s = shard_of(key);
-  std::promise<ChunkBytes> promise;
+  const Claim mine = std::make_shared<std::promise<ChunkBytes>>();
   {
     std::unique_lock<std::mutex> lk(s.mu);
     auto it = s.map.find(key);
@@ -154,22 +154,17 @@ ChunkBytes ChunkCache::get_or_load(const ChunkKey& key, const std::function<Chun
       if (hit) *hit = true;
       return fut.get();  // rethrows the loader's error
     }
-    s.loading.emplace(key, promise.get_future().share());
+    s.loading.emplace(key, mine->get_future().share());
   }
   if (hit) *hit = false;
   ChunkBytes value;
   try {
     value = load();
   } catch (...) {
-    std::lock_guard<std::mutex> lk(s.mu);
-    promise.set_exception(std::current_exception());
-    s.loading.erase(key);
+    fail(key, mine, std::current_exception());
     throw;
   }
-  std::lock_guard<std::mutex> lk(s.mu);
-  promise.set_value(value);
-  s.loading.erase(key);
-  if (budget_ > 0) insert(s, key, value);
+  fulfill(key, mine, value);
   return value;
 }
 
