@@ -168,19 +168,12 @@ class BTree2Reader {
     }
   }
 
-  // The nodes of a level, their sizes from the record counts their parents gave; a hint the
-  // read budget could not pay is not given (the reads that follow check everything).
+  // The nodes of a level, their sizes from the record counts their parents gave.
   void announce(const std::vector<NodeRef>& nodes) {
-    if (nodes.size() < 2) return;
-    std::vector<std::pair<uint64_t, uint64_t>> ranges;
-    uint64_t total = 0;
-    for (const NodeRef& n : nodes) {
-      const uint64_t bytes = kPrefix + n.nrec * rrec_ + (n.depth ? (n.nrec + 1) * ptr_size_[n.depth] : 0);
-      ranges.emplace_back(n.addr, bytes);
-      total += bytes;
-      if (total > ctx_.read_budget) return;
-    }
-    ctx_.src.prefetch(ranges);
+    IndexHint hint;
+    for (const NodeRef& n : nodes)
+      hint.add(n.addr, kPrefix + n.nrec * rrec_ + (n.depth ? (n.nrec + 1) * ptr_size_[n.depth] : 0));
+    hint.give(ctx_);
   }
 
   IndexContext& ctx_;

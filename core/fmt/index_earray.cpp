@@ -143,7 +143,7 @@ class ExtensibleArrayReader {
     // The blocks the index block points to are read next, one after another: ask the source
     // for all of them at once first (a cold array is one round trip per block otherwise), then
     // for the data blocks of all the super blocks at once.
-    Hint hint;
+    IndexHint hint;
     for (size_t u = 0; u < sblk_.size(); ++u) {
       const SuperBlockInfo& s = sblk_[u];
       const uint64_t first = iblk_elmts_ + s.start_idx;
@@ -172,7 +172,7 @@ class ExtensibleArrayReader {
         read_super_block(sblks[u - iblk_nsblks_], s, first, pending);
       }
     }
-    Hint more;
+    IndexHint more;
     for (const PendingBlock& b : pending) more.add(b.addr, data_block_bytes(b.nelmts));
     more.give(ctx_);
     for (const PendingBlock& b : pending)
@@ -199,11 +199,10 @@ class ExtensibleArrayReader {
     const uint64_t npages = s.dblk_nelmts > page_nelmts_ ? s.dblk_nelmts / page_nelmts_ : 0;
     // The page-initialized bitmap is sized as ceil(npages / 8) bytes per data block, but its bits
     // are numbered continuously: data block j, page p is bit j * npages + p (H5EAsblock.c).
-    const uint64_t dblk_bitmap = (npages + 7) / 8;
-    if (s.ndblks > ctx_.src.size() / O_ || dblk_bitmap > ctx_.src.size()) fail_at(w, "too many data blocks");
-    const uint64_t bitmap_bytes = s.ndblks * dblk_bitmap;
-    auto buf = std::make_shared<const std::vector<uint8_t>>(
-        ctx_.read(w, 6 + O_ + arr_off_size_ + bitmap_bytes + s.ndblks * O_ + 4));
+    const uint64_t bytes = super_block_bytes(s);
+    if (bytes == 0) fail_at(w, "too many data blocks");
+    const uint64_t bitmap_bytes = s.ndblks * ((npages + 7) / 8);
+    auto buf = std::make_shared<const std::vector<uint8_t>>(ctx_.read(w, bytes));
     verify_checksum(w, buf->data(), buf->size());
     Cursor c(w, ctx_.geo, *buf);
     c.expect_signature("EASB");
@@ -227,12 +226,11 @@ class ExtensibleArrayReader {
     Where w = ctx_.where("extensible array data block", addr);
     const bool paged = nelmts > page_nelmts_;
     if (paged && !bitmap) fail_at(w, "paged data block without a page bitmap");
-    uint64_t elem_total = 0;
-    if (mul_overflows(nelmts, esize_, &elem_total) || elem_total > ctx_.src.size())
-      fail_at(w, std::to_string(nelmts) + " elements cannot fit in the file");
+    const uint64_t bytes = data_block_bytes(nelmts);
+    if (bytes == 0) fail_at(w, std::to_string(nelmts) + " elements cannot fit in the file");
     const uint64_t npages = paged ? nelmts / page_nelmts_ : 0;
     const uint64_t prefix = 6 + O_ + arr_off_size_ + 4;
-    std::vector<uint8_t> buf = ctx_.read(w, prefix + elem_total + npages * 4);
+    std::vector<uint8_t> buf = ctx_.read(w, bytes);
     Cursor c(w, ctx_.geo, buf);
     c.expect_signature("EADB");
     check_prefix(c, w);
@@ -257,8 +255,9 @@ class ExtensibleArrayReader {
     }
   }
 
-  // Bytes of a data block of `nelmts` elements and of a super block (as read_data_block and
-  // read_super_block read them); 0 where they could not fit in the file.
+  // Bytes of a data block of `nelmts` elements (its pages' checksums included) and of a super
+  // block (its page bitmap and data block addresses): what read_data_block and read_super_block
+  // read, and what the hints announce; 0 where they could not fit in the file.
   uint64_t data_block_bytes(uint64_t nelmts) const {
     uint64_t elems = 0;
     if (mul_overflows(nelmts, esize_, &elems) || elems > ctx_.src.size()) return 0;
@@ -273,21 +272,6 @@ class ExtensibleArrayReader {
       return 0;
     return 6 + O_ + arr_off_size_ + bitmap + s.ndblks * O_ + 4;
   }
-  // Blocks about to be read, given to the source at once when there are two or more and the
-  // read budget would pay for them (a hint: the reads that follow check everything).
-  struct Hint {
-    std::vector<std::pair<uint64_t, uint64_t>> ranges;
-    uint64_t total = 0;
-    void add(uint64_t addr, uint64_t bytes) {
-      if (addr == kUndefAddr || bytes == 0) return;
-      ranges.emplace_back(addr, bytes);
-      total = bytes > ~uint64_t(0) - total ? ~uint64_t(0) : total + bytes;
-    }
-    void give(const IndexContext& ctx) const {
-      if (ranges.size() > 1 && total <= ctx.read_budget) ctx.src.prefetch(ranges);
-    }
-  };
-
   IndexContext& ctx_;
   const size_t O_;
   Where hw_;

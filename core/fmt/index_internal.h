@@ -55,6 +55,22 @@ struct IndexContext {
   static bool unlinear(uint64_t idx, const Shape& grid, uint64_t* scaled);
 };
 
+// Index structures about to be read, announced to the source at once (ByteSource::prefetch)
+// when there are two or more and the read budget would pay for them: a cold index then costs a
+// round trip per level, not per node or block. A hint: the reads that follow check everything.
+struct IndexHint {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  uint64_t total = 0;
+  void add(uint64_t addr, uint64_t bytes) {
+    if (addr == kUndefAddr || bytes == 0) return;
+    ranges.emplace_back(addr, bytes);
+    total = bytes > ~uint64_t(0) - total ? ~uint64_t(0) : total + bytes;
+  }
+  void give(const IndexContext& ctx) const {
+    if (ranges.size() > 1 && total <= ctx.read_budget) ctx.src.prefetch(ranges);
+  }
+};
+
 // Decodes the chunk records of the fixed and extensible arrays: an address, then for filtered
 // chunks a chunk size of (element size - address size - 4) bytes and a 4-byte filter mask.
 struct ArrayElementCodec {
