@@ -84,6 +84,14 @@ TEST_CASE("a file's tasks hold at most their share of the pool; another file's r
 }
 
 namespace {
+// The engine of these tests: two decode threads (this machine's cores), I/O depth `depth`.
+EngineOptions two_threads(unsigned depth) {
+  EngineOptions o;
+  o.threads = 2;
+  o.io_depth = depth;
+  return o;
+}
+
 // Drops the file's pages from the page cache (its bytes were written back): its next reads are
 // requests to the storage, as on a cold parallel filesystem.
 void evict(const std::string& path) {
@@ -97,10 +105,7 @@ void evict(const std::string& path) {
 // The source requests of a full read of /d; `cold`: its file's pages dropped first.
 uint64_t requests_for_full_read(const std::string& path, unsigned depth, std::vector<uint8_t>& got, Stats** st,
                                 std::unique_ptr<Engine>& e, bool cold = true) {
-  EngineOptions o;
-  o.threads = 2;
-  o.io_depth = depth;
-  e = std::make_unique<Engine>(o);
+  e = std::make_unique<Engine>(two_threads(depth));
   auto a = e->open_file(path)->dataset_array("/d");
   if (cold) evict(path);
   got.assign(a->nbytes(), 0);
@@ -299,10 +304,7 @@ TEST_CASE("concurrent reads of one block of chunks read each chunk from the sour
   const std::vector<uint8_t> oracle = h5_read_all(path, "/d");
   const uint64_t frame = 64 * 64 * 2, frames = 10, readers = 6;  // 60 frames, all in the first block
   auto read_block = [&](bool together, uint64_t* pread, uint64_t* decoded) {
-    EngineOptions o;
-    o.threads = 2;
-    o.io_depth = 8;
-    Engine e(o);
+    Engine e(two_threads(8));
     auto a = e.open_file(path)->dataset_array("/d");
     evict(path);
     std::vector<std::vector<uint8_t>> got(readers, std::vector<uint8_t>(frames * frame));
@@ -343,10 +345,7 @@ TEST_CASE("uncompressed chunks narrower than a request are read whole, once, not
   // reads' sizes.
   const std::string path = block_chunked("io_narrow.h5", false, 17);
   const std::vector<uint8_t> oracle = h5_read_all(path, "/d");
-  EngineOptions o;
-  o.threads = 2;
-  o.io_depth = 8;
-  Engine e(o);
+  Engine e(two_threads(8));
   auto a = e.open_file(path)->dataset_array("/d");
   evict(path);
   const uint64_t frame = 64 * 64 * 2;
