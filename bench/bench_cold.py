@@ -18,7 +18,8 @@ shuffle+deflate(1)); deflate1_farray / deflate1_earray / deflate1_btree2 (deflat
 libver='latest': its chunk index a fixed array, an extensible array (one unlimited axis), a v2
 B-tree (two)); deflate_tiles (deflate1 in chunks of 64x128, 8 a frame), deflate_auto / chunked_auto
 (deflate1 / uncompressed in h5py's own chunk shape), deflate_blocks (chunks of 10 frames x 128
-rows); runopen (a 43-file run: listing and opening, see below). --frames scales them.
+rows), lz4 / blosc (a frame a chunk, hdf5plugin's LZ4 and Blosc(lz4, byte shuffle): the direct
+reader, which decodes deflate only, sits these out); runopen (a 43-file run: listing and opening, see below). --frames scales them.
 
 Access patterns: mmap (full copy through np.load(mmap_mode='r')), read (read() of the whole
 .raw into a buffer), slice10 (the middle 10% of the frames), random1 (--random frames, one
@@ -26,6 +27,8 @@ reader, copied one by one), random4 (the same frames over 4 threads), halves (tw
 half each). h5py and the direct reader do the same work for mmap and read (the whole array into
 a buffer): it is measured once per round and shown in both rows. File opening is timed for
 every reader (h5py.File, the reader's open, np.load's open and header); mounting is not.
+--readers h5direct runs h5direct alone (two builds compared, each in its own run): this VM's
+slow passes come more often in a run with all three readers (docs/benchmarks.md).
 
 runopen: (a) h5direct: a fresh mount of the run (time to mount), os.listdir of the run and of
 module 0's source directory, and a full read of its image.data.npy, with the run's files map and
@@ -52,6 +55,7 @@ import tempfile
 import time
 
 import h5py
+import hdf5plugin  # noqa: F401  (the filters of the lz4 / blosc cells, for h5py)
 import numpy as np
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
@@ -146,6 +150,10 @@ CELLS = {
     'chunked_auto': dict(kind='plain', chunk=1, comp='none', chunks=True),  # the same, uncompressed
     # chunks of 10 frames and a quarter of each (128 of 512 rows): decode units of 32 KiB
     'deflate_blocks': dict(kind='plain', chunk=1, comp='deflate', chunks=(10, 128, 128)),
+    # other codecs of detector files (filters Debian's HDF5 plugins write), one frame per chunk:
+    # LZ4, Blosc (LZ4, byte shuffle)
+    'lz4': dict(kind='plain', chunk=1, comp='lz4'),
+    'blosc': dict(kind='plain', chunk=1, comp='blosc'),
 }
 DEFAULT_CELLS = ['deflate1', 'deflate8', 'chunked', 'contiguous', 'run', 'stack', 'runopen']
 ACCESS = ['mmap', 'read', 'slice10', 'random1', 'random4', 'halves']
@@ -165,6 +173,8 @@ p.add_argument('--runopen-frames', type=int, default=None,
 p.add_argument('--cells', default=','.join(DEFAULT_CELLS))
 p.add_argument('--access', default=','.join(ACCESS))
 p.add_argument('--random', type=int, default=1000, help='frames of random1/random4')
+p.add_argument('--readers', default=','.join(READERS),
+               help='the readers to run (the others show as -): h5direct alone to compare two builds')
 p.add_argument('--rounds', type=int, default=3)
 p.add_argument('--direct-threads', type=int, default=16)
 p.add_argument('--opts', default='', help='-o options of mount.h5direct (e.g. io_depth=32)')
@@ -181,6 +191,9 @@ if args.hold_freed_pages and not benchlib.hold_freed_pages():
     sys.exit('--hold-freed-pages: cannot set ' + benchlib.MIN_FREE_MS + ' (root, a VM with it)')
 
 BIN = osp.abspath(osp.join(args.build, 'daemon', 'mount.h5direct'))
+run_readers = args.readers.split(',')
+if not run_readers or set(run_readers) - set(READERS):
+    sys.exit(f'--readers: a comma-separated choice of {",".join(READERS)}')
 SLOWFS = args.slowfs or osp.join(args.build, 'bench', 'slowfs')
 if SLOWFS != 'none':
     SLOWFS = osp.abspath(SLOWFS)
@@ -221,6 +234,10 @@ def h5_kw(spec):
     kw = dict(chunks=spec.get('chunks', (spec['chunk'],) + FRAME)) if spec['chunk'] else {}
     if spec['comp'] == 'deflate':
         kw.update(compression='gzip', compression_opts=1, shuffle=True)
+    elif spec['comp'] != 'none':
+        kw.update({'lz4': hdf5plugin.LZ4,
+                   'blosc': lambda: hdf5plugin.Blosc(cname='lz4', clevel=5, shuffle=hdf5plugin.Blosc.SHUFFLE)}
+                  [spec['comp']]())
     if spec.get('unlimited'):
         kw['maxshape'] = (None,) * spec['unlimited'] + FRAME[spec['unlimited'] - 1:]
     return kw
@@ -641,8 +658,10 @@ try:
                 readers = READERS[rnd % 3:] + READERS[:rnd % 3]  # who goes first changes by round
                 for c in cells:
                     for reader in readers:
-                        if reader == 'direct' and 'chunks' in c.spec:
-                            continue  # the direct reader reads chunks of whole rows only
+                        if reader not in run_readers:
+                            continue
+                        if reader == 'direct' and ('chunks' in c.spec or c.spec['comp'] not in ('deflate', 'none')):
+                            continue  # the direct reader reads chunks of whole rows, deflated or not
                         full = None  # h5py and the direct reader: mmap and read are the same work
                         for access in accesses:
                             key = (c.name, sname, access, reader)
@@ -731,13 +750,14 @@ for c in cells:
         for access in accesses:
             t = {r: med(results.get((c.name, sname, access, r), [])) for r in READERS}
             ios = {r: med_io((c.name, sname, access, r)) for r in READERS}
-            x_direct = t['direct'] / t['h5direct'] if t['direct'] is not None else None
+            x_direct = t['direct'] / t['h5direct'] if None not in (t['direct'], t['h5direct']) else None
+            x_h5py = t['h5py'] / t['h5direct'] if None not in (t['h5py'], t['h5direct']) else None
             row = dict(cell=c.name, storage=sname, latency_ms=st[0], bandwidth_mbs=st[1], access=access,
-                       seconds=t, x_h5py=t['h5py'] / t['h5direct'], x_direct=x_direct, io=ios)
+                       seconds=t, x_h5py=x_h5py, x_direct=x_direct, io=ios)
             table.append(row)
             reqs = ' / '.join(fmt_io(slowfs_brief(ios[r].get('slowfs'))) or '-' for r in READERS)
             lines.append(f'| {c.name} ({c.nbytes / 1e6:.0f} MB, {c.ratio:.1f}x) | {sname} | {access} | '
-                         f'{t["h5py"]:.3f} | {num(t["direct"], 3)} | {t["h5direct"]:.3f} | {row["x_h5py"]:.2f} | '
+                         f'{num(t["h5py"], 3)} | {num(t["direct"], 3)} | {num(t["h5direct"], 3)} | {num(x_h5py, 2)} | '
                          f'{num(x_direct, 2)} | {fmt_io(ios["h5direct"].get("h5direct"))} | {reqs} |')
 if runopen:
     lines += ['', f'runopen: {runopen.nfiles} files, {runopen.frames} frames a module; the key read is '

@@ -25,7 +25,7 @@ def plot(table, out, title):
             labels.append(lab)
         if r['storage'] not in names:
             names.append(r['storage'])
-    by = {(f"{r['cell']} {r['access']}", r['storage']): r['x_h5py'] for r in rows}
+    by = {(f"{r['cell']} {r['access']}", r['storage']): r['x_h5py'] for r in rows if r['x_h5py'] is not None}
     fig, ax = plt.subplots(figsize=(10, max(4, 0.22 * len(labels) * max(1, len(names) / 2))))
     h = 0.8 / max(1, len(names))
     for k, sname in enumerate(names):
