@@ -84,18 +84,25 @@ SequentialPrefetcher::Range SequentialPrefetcher::on_read(uint64_t off, uint64_t
   // then leaves at most as much decoded for nobody as it read, while a long stream still
   // reaches the full window after a few doublings (cold storage: the more it has read, the
   // more requests it keeps in flight).
-  const uint64_t window = std::min(st->window, std::max(cfg_.initial, st->cursor - st->lo));
+  uint64_t window = std::min(st->window, std::max(cfg_.initial, st->cursor - st->lo));
+  // A stream walking towards bytes another stream read ends there (memmove copying a slice
+  // backwards walks down to the first page it touched; the first of two threads copying halves
+  // runs into the second's start): everything between is read next, so it is asked for at once
+  // (up to `max`), not window by window, each doubling a round trip the reader waits for.
+  const uint64_t b = bound(i);
+  const uint64_t gap = st->dir == Direction::Forward ? (b == ~0ull ? 0 : b - st->cursor) : (b == 0 ? 0 : st->lo - b);
+  if (gap) window = std::max(window, std::min(gap, cfg_.max));
   if (st->dir == Direction::Forward) {
     st->frontier = std::max(st->frontier, st->cursor);
     if (st->frontier >= file_size || st->frontier >= st->cursor + window / 2) return {};
-    const uint64_t target = std::min({st->cursor + window, file_size, bound(i)});
+    const uint64_t target = std::min({st->cursor + window, file_size, b});
     if (target <= st->frontier) return {};
     r = {st->frontier, target - st->frontier};
     st->frontier = target;
   } else {
     st->frontier = std::min(st->frontier, st->lo);
     if (st->frontier == 0 || st->frontier + window / 2 <= st->lo) return {};
-    const uint64_t target = std::max(st->lo > window ? st->lo - window : 0, bound(i));
+    const uint64_t target = std::max(st->lo > window ? st->lo - window : 0, b);
     if (target >= st->frontier) return {};
     r = {target, st->frontier - target};
     st->frontier = target;

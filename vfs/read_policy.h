@@ -43,7 +43,11 @@ struct ByteRange {
 // frontier is less than half a window ahead, [frontier, reader + window) is asked for and, when
 // the read had to wait for its bytes, the window doubles (up to `max`); with single-page windows
 // (units read one at a time) the first window is at least what the stream has gone. The
-// decode-ahead never reaches into what another stream of the file has read (`bound`).
+// decode-ahead never reaches into what another stream of the file has read (`bound`), and a
+// stream heading for such bytes asks for everything up to them at once (up to `max`): that is
+// where it ends (memmove walking down a slice to the page it touched first; halves copied by two
+// threads), so the bytes between are all read next, and growing the window to them would cost the
+// reader a round trip per doubling.
 // Backpressure is the engine's: prefetch_bytes drops work when its pool is saturated. Nothing is
 // decoded ahead until the stream has gone `after` bytes: one random mmap fault becomes two or
 // three contiguous requests (the kernel's read-around), which look sequential but are not a

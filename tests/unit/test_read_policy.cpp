@@ -298,6 +298,50 @@ TEST_CASE("read policy: decode-ahead stops at what another stream of the file re
   CHECK(top > 700 * kUnit);
 }
 
+TEST_CASE("read policy: a stream walking towards another stream's read asks for all between at once", "[vfs][policy]") {
+  // memmove copying frames [600, 720) backwards: the first page of 600, then down from 720. Once
+  // the walk is a stream, what lies between it and frame 600 is read next, all of it: one request
+  // for the rest (a round trip), not windows doubling from 1 MiB (a round trip each: 0.14 s
+  // against 0.10 s for a 120-frame slice of 1 MiB chunks at 5 ms per request).
+  const uint64_t n = 1200, lo = 600, hi = 720;
+  const auto first_prefetch = [&](ReadPolicy& p, bool with_first_page) {
+    p.choose_readahead_kb(true, 1024);
+    if (with_first_page) p.after_read(kHeader + lo * kUnit, 4096, none_decoded);
+    for (uint64_t u = hi; u-- > lo;) {
+      const ReadFollowUp f = p.after_read(kHeader + u * kUnit, 4096, none_decoded);
+      if (f.prefetch.len) return f.prefetch;
+    }
+    return ByteRange{};
+  };
+  ReadPolicy p(frames(n), stream_cfg());
+  const ByteRange r = first_prefetch(p, true);
+  REQUIRE(r.len > 0);
+  CHECK(r.off == (lo + 1) * kUnit);  // down to the unit the copy touched first (pushed), not below
+  CHECK(r.end() >= (hi - 3) * kUnit);  // from where the walk was when it became a stream
+  // Without the first page the walk's end is unknown: the window starts from what it has gone.
+  ReadPolicy q(frames(n), stream_cfg());
+  const ByteRange w = first_prefetch(q, false);
+  REQUIRE(w.len > 0);
+  CHECK(w.len <= stream_cfg().initial);
+  // Forward, the same: two threads copying halves, the first runs into the second's start.
+  ReadPolicy f(frames(n), stream_cfg());
+  f.choose_readahead_kb(true, 1024);
+  f.after_read(kHeader + 400 * kUnit, 4096, none_decoded);  // the second thread's first page
+  ByteRange first{};
+  for (uint64_t u = 0; u < 400 && !first.len; ++u) first = f.after_read(kHeader + u * kUnit, 4096, none_decoded).prefetch;
+  REQUIRE(first.len > 0);
+  CHECK(first.end() == 400 * kUnit);
+  // A gap larger than the largest window is asked for a window at a time.
+  ReadPolicy g(frames(n), stream_cfg());
+  g.choose_readahead_kb(true, 1024);
+  g.after_read(kHeader + (n - 1) * kUnit, 4096, none_decoded);
+  first = {};
+  for (uint64_t u = 0; u < n && !first.len; ++u) first = g.after_read(kHeader + u * kUnit, 4096, none_decoded).prefetch;
+  REQUIRE(first.len > 0);
+  CHECK(first.len <= stream_cfg().max);
+  CHECK(first.len > stream_cfg().max / 2);
+}
+
 TEST_CASE("read policy: units smaller than a page are no units: the mount's read-ahead, no pushes", "[vfs][policy]") {
   // h5py's own chunk shape for frames of 512x128, (75, 32, 16): a chunk's runs are 32 bytes, a
   // page holds runs of 8 chunks. Walking such units cost the daemon 8x its CPU on frames.
