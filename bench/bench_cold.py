@@ -494,6 +494,39 @@ def h5direct_io(st):
     return {k: v for k, v in keep.items() if isinstance(v, (int, float))}
 
 
+def cpu_times(pid=None):
+    """(user, system, idle, steal) seconds: of process `pid` (idle and steal 0), or of the whole
+    machine (/proc/stat, all cores; iowait counted as idle; steal: time the host ran others)."""
+    tck = os.sysconf('SC_CLK_TCK')
+    try:
+        if pid:
+            with open(f'/proc/{pid}/stat') as f:
+                v = f.read().rsplit(')', 1)[1].split()
+            return int(v[11]) / tck, int(v[12]) / tck, 0.0, 0.0
+        with open('/proc/stat') as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return (v[0] + v[1]) / tck, (v[2] + v[5] + v[6]) / tck, (v[3] + v[4]) / tck, v[7] / tck
+    except (OSError, ValueError, IndexError):
+        return 0.0, 0.0, 0.0, 0.0
+
+
+VMSTAT = ('allocstall_normal', 'allocstall_movable', 'pgscan_direct', 'compact_stall', 'pgmajfault')
+
+
+def vmstat():
+    """The kernel's counters of memory stalls (/proc/vmstat): direct reclaim and compaction."""
+    try:
+        with open('/proc/vmstat') as f:
+            d = dict(line.split() for line in f)
+        return tuple(int(d.get(k, 0)) for k in VMSTAT)
+    except (OSError, ValueError):
+        return (0,) * len(VMSTAT)
+
+
+def cpu_delta(a, b, names):
+    return {n: round(y - x, 3) for n, x, y in zip(names, a, b)}
+
+
 def one_pass(cell, access, reader, buf, verify):
     if verify:  # a reader that leaves a part unwritten must not pass on an earlier reader's bytes
         buf.of(access).fill(0x5A5A)
@@ -504,10 +537,18 @@ def one_pass(cell, access, reader, buf, verify):
         drop_caches()
         before = slowfs_reset()
         fn = {'h5py': h5py_access, 'direct': direct_access, 'h5direct': mount_access}[reader]
+        # CPU during the pass: the machine's (was it busy or waiting?), the daemon's and the
+        # emulator's (user / system: a slow pass with much system time met fresh memory)
+        c0 = cpu_times(), cpu_times(m.proc.pid if m else None), cpu_times(slow.proc.pid if slow else None), vmstat()
         secs, _ = benchlib.timed(lambda: fn(cell, access, buf))
-        io = {'slowfs': counters_delta(before, slowfs_stats())}
+        c1 = cpu_times(), cpu_times(m.proc.pid if m else None), cpu_times(slow.proc.pid if slow else None), vmstat()
+        io = {'slowfs': counters_delta(before, slowfs_stats()),
+              'cpu': dict(**cpu_delta(c0[0], c1[0], ('machine_user_s', 'machine_sys_s', 'machine_idle_s', 'machine_steal_s')),
+                          **cpu_delta(c0[2], c1[2], ('slowfs_user_s', 'slowfs_sys_s')),
+                          **cpu_delta(c0[3], c1[3], VMSTAT))}
         if m:
             io['h5direct'] = h5direct_io(benchlib.mount_stats(M))
+            io['h5direct'].update(cpu_delta(c0[1], c1[1], ('daemon_user_s', 'daemon_sys_s')))
     finally:
         if m:
             m.close()
@@ -714,7 +755,7 @@ def med_io(key):
     """Per counter, the median over the passes."""
     passes = iolog.get(key, [])
     out = {}
-    for part in ('slowfs', 'h5direct'):
+    for part in ('slowfs', 'h5direct', 'cpu'):
         names = sorted({k for p in passes for k in p.get(part, {})})
         if names:
             out[part] = {k: med([p[part][k] for p in passes if k in p.get(part, {})]) for k in names}
