@@ -68,6 +68,7 @@ SequentialPrefetcher::Range SequentialPrefetcher::on_read(uint64_t off, uint64_t
   }
   st->cover->set(st->lo, st->cursor);
   st->used = ++clock_;
+  if (!found) st->born = st->used;
   ++st->reads;
   last_ = i;
   if (seen) *seen = {i, long_enough(*st), st->dir, st->cover};
@@ -89,8 +90,8 @@ SequentialPrefetcher::Range SequentialPrefetcher::on_read(uint64_t off, uint64_t
   // backwards walks down to the first page it touched; the first of two threads copying halves
   // runs into the second's start): everything between is read next, so it is asked for at once
   // (up to `max`), not window by window, each doubling a round trip the reader waits for.
-  const uint64_t b = bound(i);
-  const uint64_t gap = st->dir == Direction::Forward ? (b == ~0ull ? 0 : b - st->cursor) : (b == 0 ? 0 : st->lo - b);
+  const uint64_t b = bound(i), e = end_ahead(i);
+  const uint64_t gap = st->dir == Direction::Forward ? (e == ~0ull ? 0 : e - st->cursor) : (e == 0 ? 0 : st->lo - e);
   if (gap) window = std::max(window, std::min(gap, cfg_.max));
   if (st->dir == Direction::Forward) {
     st->frontier = std::max(st->frontier, st->cursor);
@@ -111,13 +112,16 @@ SequentialPrefetcher::Range SequentialPrefetcher::on_read(uint64_t off, uint64_t
   return r;
 }
 
-uint64_t SequentialPrefetcher::bound(size_t i) const {
+uint64_t SequentialPrefetcher::nearest(size_t i, bool ends_only) const {
   const Stream& s = streams_[i];
   const bool fwd = s.dir == Direction::Forward;
   uint64_t b = fwd ? ~0ull : 0;
   for (size_t k = 0; k < kStreams; ++k) {
     const Stream& o = streams_[k];
     if (k == i || !o.started) continue;
+    const bool live = o.used > s.born;                                         // read meanwhile
+    const bool first_page = !fwd && o.reads == 1 && o.used + 1 == s.born;      // just before
+    if (ends_only && !live && !first_page) continue;
     if (fwd && o.lo >= s.cursor) b = std::min(b, o.lo);
     if (!fwd && o.cursor <= s.lo) b = std::max(b, o.cursor);
   }

@@ -44,9 +44,9 @@ struct ByteRange {
 // the read had to wait for its bytes, the window doubles (up to `max`); with single-page windows
 // (units read one at a time) the first window is at least what the stream has gone. The
 // decode-ahead never reaches into what another stream of the file has read (`bound`), and a
-// stream heading for such bytes asks for everything up to them at once (up to `max`): that is
-// where it ends (memmove walking down a slice to the page it touched first; halves copied by two
-// threads), so the bytes between are all read next, and growing the window to them would cost the
+// stream heading for where it ends asks for everything up to there at once (up to `max`;
+// `end_ahead`: memmove walking down a slice to the page it touched first, halves copied by two
+// threads): the bytes between are all read next, and growing the window to them would cost the
 // reader a round trip per doubling.
 // Backpressure is the engine's: prefetch_bytes drops work when its pool is saturated. Nothing is
 // decoded ahead until the stream has gone `after` bytes: one random mmap fault becomes two or
@@ -104,6 +104,7 @@ class SequentialPrefetcher {
     uint64_t frontier = 0;        // the far end of what was asked for, in its direction
     uint64_t window = 0;
     uint64_t used = 0;            // last use (a counter), for replacement
+    uint64_t born = 0;            // the counter when the stream began
     uint64_t reads = 0;
     bool primed = false;          // has asked for decode-ahead once
     uint64_t pushed_lo = ~0ull, pushed_hi = 0;  // ReadPolicy's push-ahead reach
@@ -117,7 +118,16 @@ class SequentialPrefetcher {
   // file's end or 0). A reader walking towards bytes it read before stops there, or has them:
   // memmove copying a slice backwards touches the slice's first page, then walks down from its
   // end; two threads copying halves meet at the middle. Decoding past them is for nobody.
-  uint64_t bound(size_t i) const;
+  uint64_t bound(size_t i) const { return nearest(i, false); }
+  // Where stream i ends, as far as the file's other reads tell: the nearest part in its direction
+  // that another stream is reading meanwhile (read since i began: the second thread's half), or,
+  // going backward, a lone read made just before i began (memmove's first page of a slice). Reads
+  // made before (random frames read earlier) bound the decode-ahead but are no end: a stream may
+  // stop anywhere before them. None: ~0 forward, 0 backward.
+  uint64_t end_ahead(size_t i) const { return nearest(i, true); }
+  // The nearest part of the file in stream i's direction that another stream has read (only
+  // those that are ends, `ends_only`).
+  uint64_t nearest(size_t i, bool ends_only) const;
   // A stream: three reads or more, with a direction, over at least `after` bytes (random reads
   // of a small file land next to each other now and then; three in a row rarely).
   bool long_enough(const Stream& s) const {

@@ -326,17 +326,31 @@ TEST_CASE("read policy: a stream walking towards another stream's read asks for 
   // Forward, the same: two threads copying halves, the first runs into the second's start.
   ReadPolicy f(frames(n), stream_cfg());
   f.choose_readahead_kb(true, 1024);
-  f.after_read(kHeader + 400 * kUnit, 4096, none_decoded);  // the second thread's first page
   ByteRange first{};
-  for (uint64_t u = 0; u < 400 && !first.len; ++u) first = f.after_read(kHeader + u * kUnit, 4096, none_decoded).prefetch;
+  for (uint64_t u = 0; u < 400 && !first.len; ++u) {
+    f.after_read(kHeader + (400 + u) * kUnit, 4096, none_decoded);  // the second thread
+    first = f.after_read(kHeader + u * kUnit, 4096, none_decoded).prefetch;
+  }
   REQUIRE(first.len > 0);
   CHECK(first.end() == 400 * kUnit);
+  // A read made before the stream began (a frame read earlier) bounds it but is no end: the
+  // stream may stop anywhere before it, so the window starts small.
+  ReadPolicy e(frames(n), stream_cfg());
+  e.choose_readahead_kb(true, 1024);
+  e.after_read(kHeader + 400 * kUnit, 4096, none_decoded);
+  e.after_read(kHeader + 900 * kUnit, 4096, none_decoded);
+  first = {};
+  for (uint64_t u = 0; u < 400 && !first.len; ++u) first = e.after_read(kHeader + u * kUnit, 4096, none_decoded).prefetch;
+  REQUIRE(first.len > 0);
+  CHECK(first.len <= stream_cfg().initial);
   // A gap larger than the largest window is asked for a window at a time.
   ReadPolicy g(frames(n), stream_cfg());
   g.choose_readahead_kb(true, 1024);
-  g.after_read(kHeader + (n - 1) * kUnit, 4096, none_decoded);
   first = {};
-  for (uint64_t u = 0; u < n && !first.len; ++u) first = g.after_read(kHeader + u * kUnit, 4096, none_decoded).prefetch;
+  for (uint64_t u = 0; u < n / 2 && !first.len; ++u) {
+    g.after_read(kHeader + (n / 2 + u) * kUnit, 4096, none_decoded);
+    first = g.after_read(kHeader + u * kUnit, 4096, none_decoded).prefetch;
+  }
   REQUIRE(first.len > 0);
   CHECK(first.len <= stream_cfg().max);
   CHECK(first.len > stream_cfg().max / 2);
