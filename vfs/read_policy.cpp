@@ -86,10 +86,10 @@ SequentialPrefetcher::Range SequentialPrefetcher::on_read(uint64_t off, uint64_t
   // reaches the full window after a few doublings (cold storage: the more it has read, the
   // more requests it keeps in flight).
   uint64_t window = std::min(st->window, std::max(cfg_.initial, st->cursor - st->lo));
-  // A stream walking towards bytes another stream read ends there (memmove copying a slice
-  // backwards walks down to the first page it touched; the first of two threads copying halves
-  // runs into the second's start): everything between is read next, so it is asked for at once
-  // (up to `max`), not window by window, each doubling a round trip the reader waits for.
+  // A stream whose end the file's other reads tell (`end_ahead`: memmove walking down to the
+  // slice's first page; the first of two threads copying halves running into the second's start)
+  // reads everything up to there next, so it is asked for at once (up to `max`), not window by
+  // window, each doubling a round trip the reader waits for. Other reads only bound it (`b`).
   const uint64_t b = bound(i), e = end_ahead(i);
   const uint64_t gap = st->dir == Direction::Forward ? (e == ~0ull ? 0 : e - st->cursor) : (e == 0 ? 0 : st->lo - e);
   if (gap) window = std::max(window, std::min(gap, cfg_.max));
