@@ -372,12 +372,14 @@ uint64_t copy_for_push(Context& c, fuse_ino_t ino, vfs::OpenFile& f, vfs::OpenFi
 }
 
 // Pushes bytes into the page cache (notify_store). Best effort: a failure only means the kernel
-// asks for the pages itself.
+// asks for the pages itself. Never through a pipe: with splicing wanted (spliced replies),
+// libfuse would otherwise copy a buffer of 8 KiB and more into a pipe and splice that, a copy
+// and a pipe page allocation per page more than one writev (docs/benchmarks.md, random frames).
 void push_bytes(Context& c, fuse_ino_t ino, uint64_t off, std::vector<char>& bytes) {
   if (bytes.empty()) return;
   fuse_bufvec bv = FUSE_BUFVEC_INIT(bytes.size());
   bv.buf[0].mem = bytes.data();
-  const int rc = fuse_lowlevel_notify_store(c.se, ino, static_cast<off_t>(off), &bv, static_cast<fuse_buf_copy_flags>(0));
+  const int rc = fuse_lowlevel_notify_store(c.se, ino, static_cast<off_t>(off), &bv, FUSE_BUF_NO_SPLICE);
   if (rc == 0) c.vfs->note_pushed(bytes.size());
   else if (log::debug_enabled()) log::debug("push of inode " + std::to_string(ino) + " failed: " + std::strerror(-rc));
 }
