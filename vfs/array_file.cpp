@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "core/engine/chunk_cache.h"
 #include "core/engine/engine.h"
 #include "core/engine/fd_cache.h"
 #include "core/error.h"
@@ -139,9 +140,15 @@ class ArrayOpenFile final : public OpenFile {
   // `waited`: the read did not find its bytes decoded already.
   void follow_up(uint64_t off, size_t n, Pushes& pushes, bool waited = true) {
     Engine& engine = node_.ctx_.engine;
-    const ReadFollowUp next = policy_.after_read(off, n, [&](ByteRange r) {
-      return engine.bytes_decoded(*array_, r.off, r.len);
-    }, waited);
+    const ReadFollowUp next = policy_.after_read(
+        off, n, [&](ByteRange r) { return engine.bytes_decoded(*array_, r.off, r.len); }, waited,
+        [&] { return engine.decode_ahead_room(); });
+    if (next.capped) {
+      engine.stats().prefetch_capped_bytes.fetch_add(next.capped, std::memory_order_relaxed);
+      if (log::debug_enabled())
+        log::debug("decode-ahead of " + node_.spec_.what + " cut by " + std::to_string(next.capped) +
+                   " bytes: no more room in the chunk cache");
+    }
     pushes.ranges[0] = next.around[0];
     pushes.ranges[1] = next.around[1];
     pushes.ranges[2] = next.ahead;
@@ -178,7 +185,13 @@ class ArrayOpenFile final : public OpenFile {
 
   static SequentialPrefetcher::Config stream_config(const ArrayFileNode& node) {
     const VfsOptions& o = node.ctx_.opts;
-    return {o.prefetch_initial, o.prefetch_max, o.prefetch_seek_tolerance, o.prefetch_after};
+    // A window is held decoded in the chunk cache until read: at most half of what the cache
+    // keeps for chunks not yet read through (the rest of its budget holds those read through),
+    // so that it fits beside another stream's (read_policy.h: the room each ask takes).
+    const ChunkCache& cc = node.ctx_.engine.cache();
+    const uint64_t fits = (cc.budget() - std::min(cc.budget(), cc.consumed_budget())) / 2;
+    return {o.prefetch_initial, std::max(o.prefetch_initial, std::min(o.prefetch_max, fits)), o.prefetch_seek_tolerance,
+            o.prefetch_after};
   }
 
   size_t read_bytes(uint64_t off, size_t size, char* buf) {

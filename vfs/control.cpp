@@ -110,6 +110,8 @@ std::vector<Vfs::Counter> Vfs::counters() {
   add({"chunks_prefetched"}, "chunks_prefetched_total", "Chunks decoded ahead of the reader", true, u(st.chunks_prefetched));
   add({"prefetch_dropped"}, "prefetch_dropped_total", "Decode-ahead tasks dropped, the reader had read their bytes",
       true, u(st.prefetch_dropped));
+  add({"prefetch_capped_bytes"}, "prefetch_capped_bytes_total",
+      "Decode-ahead bytes not started, the chunk cache had no room for them", true, u(st.prefetch_capped_bytes));
   add({"bytes_spliced"}, "bytes_spliced_total", "Bytes replied from source files without a copy", true, u(rc.bytes_spliced));
   add({"cache_hits"}, "cache_hits_total", "Decoded-chunk cache hits", true, u(st.cache_hits));
   add({"cache_misses"}, "cache_misses_total", "Decoded-chunk cache misses", true, u(st.cache_misses));

@@ -69,6 +69,7 @@ class SequentialPrefetcher {
     bool streaming = false;  // gone at least `after` bytes
     Direction dir = Direction::None;
     std::shared_ptr<const ReadCover> cover;  // what the stream has read or had pushed
+    uint64_t capped = 0;  // bytes of decode-ahead left out for want of room (`room`)
   };
 
   explicit SequentialPrefetcher(Config cfg) : cfg_(cfg) {}
@@ -77,7 +78,10 @@ class SequentialPrefetcher {
   // `waited`: the read found its bytes not yet decoded (the decode-ahead was behind it). Only then
   // does the window double: a reader that finds its bytes ready is served by the window it has,
   // and a larger one would only decode more for nobody past the end of a slice.
-  Range on_read(uint64_t off, uint64_t len, uint64_t file_size, Seen* seen = nullptr, bool waited = true);
+  // `room` (when set): the most bytes the decode-ahead may ask for now (Engine::decode_ahead_room);
+  // what it leaves out stays ahead of the frontier, asked for at a later read.
+  Range on_read(uint64_t off, uint64_t len, uint64_t file_size, Seen* seen = nullptr, bool waited = true,
+                const std::function<uint64_t()>& room = nullptr);
 
   // Bytes [lo, hi), next to a read of stream `stream`, were pushed into the page cache: its
   // reader will not ask for them, so the stream reaches over them.
@@ -149,6 +153,7 @@ struct ReadFollowUp {
   ByteRange ahead;      // file pages of the decoded units next in the stream's direction
                         // (up to kPushAhead): push them before the reply as well
   ByteRange prefetch;   // data bytes to decode ahead of a stream
+  uint64_t capped = 0;  // decode-ahead left out for want of room in the chunk cache
   std::shared_ptr<const ReadCover> cover;  // its stream's cover (Engine::prefetch_bytes)
 };
 
@@ -183,7 +188,7 @@ class ReadPolicy {
   // After the reader's read of file bytes [off, off + n) (n: what it got). `decoded` tells
   // whether data bytes are decoded already (Engine::bytes_decoded). Updates the stream.
   ReadFollowUp after_read(uint64_t off, uint64_t n, const std::function<bool(ByteRange)>& decoded,
-                          bool waited = true);
+                          bool waited = true, const std::function<uint64_t()>& room = nullptr);
 
   // The whole file pages of data bytes [from, to) (the kernel takes no partial page but the
   // file's last), as a file range.

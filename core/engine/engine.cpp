@@ -259,6 +259,34 @@ bool Engine::bytes_decoded(const Array& a, uint64_t off, uint64_t len) {
   return all;
 }
 
+uint64_t Engine::decode_ahead_room() const {
+  const uint64_t budget = cache_->budget();
+  const uint64_t room = budget - std::min(budget, cache_->used()) + cache_->used_consumed();
+  // Asked for and not decoded yet, it is not in the cache but will be: without it, the reads
+  // that follow one another while it decodes each found the room free and asked for it again.
+  const uint64_t pending = prefetch_pending_.load(std::memory_order_relaxed);
+  return room > pending ? (room - pending) / 2 : 0;
+}
+
+namespace {
+
+// Decode-ahead bytes planned and not yet done (Engine::prefetch_pending_): each task takes its
+// share off when it ends, the last owner (the batch, run or rejected) whatever is left.
+struct PendingPrefetch {
+  std::atomic<uint64_t>& total;
+  std::atomic<uint64_t> left;
+  PendingPrefetch(std::atomic<uint64_t>& t, uint64_t n) : total(t), left(n) { total.fetch_add(n, std::memory_order_relaxed); }
+  ~PendingPrefetch() { total.fetch_sub(left.load(), std::memory_order_relaxed); }
+  void done(uint64_t n) {
+    uint64_t l = left.load();
+    while (!left.compare_exchange_weak(l, l - std::min(l, n))) {
+    }
+    total.fetch_sub(std::min(l, n), std::memory_order_relaxed);
+  }
+};
+
+}  // namespace
+
 void Engine::prefetch_bytes(const Array& a, uint64_t off, uint64_t len, std::shared_ptr<const ReadCover> cover) {
   const uint64_t total = a.nbytes();
   if (off >= total || len == 0) return;
@@ -292,7 +320,19 @@ void Engine::prefetch_bytes(const Array& a, uint64_t off, uint64_t len, std::sha
       lo = hi;
     }
   }
-  if (!plan.tasks.empty()) pool_->try_run_detached(std::move(plan.tasks), 64, plan.common_key());
+  if (plan.tasks.empty()) return;
+  auto pending = std::make_shared<PendingPrefetch>(prefetch_pending_, len);
+  const uint64_t share = (len + plan.tasks.size() - 1) / plan.tasks.size();
+  for (auto& t : plan.tasks)
+    t = [pending, share, t = std::move(t)] {
+      struct Done {
+        PendingPrefetch& p;
+        uint64_t n;
+        ~Done() { p.done(n); }
+      } done{*pending, share};
+      t();
+    };
+  pool_->try_run_detached(std::move(plan.tasks), 64, plan.common_key());
 }
 
 }  // namespace h5d

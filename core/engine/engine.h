@@ -43,6 +43,7 @@ struct Stats {
   std::atomic<uint64_t> decode_ns{0};  // time decoding chunks (inside a CPU slot), summed over threads
   std::atomic<uint64_t> chunks_prefetched{0};
   std::atomic<uint64_t> prefetch_dropped{0};  // decode-ahead tasks whose bytes the reader had read first
+  std::atomic<uint64_t> prefetch_capped_bytes{0};  // decode-ahead not asked for: no room in the chunk cache
   std::atomic<uint64_t> cache_hits{0};
   std::atomic<uint64_t> cache_misses{0};
   std::atomic<uint64_t> bytes_pread{0};
@@ -151,6 +152,10 @@ class Engine {
   void read_bytes(const Array& a, uint64_t off, uint64_t len, uint8_t* out);
   // Reads region `r` of `a` into a strided destination.
   void read_region(const Array& a, const Region& r, const DestView& dst);
+  // What a decode-ahead may ask for now: half the chunk cache's room (its free bytes and those of
+  // chunks read to their end, which it evicts first), less the decode-ahead asked for and not yet
+  // done; half, as the cache's shards fill unevenly.
+  uint64_t decode_ahead_room() const;
   // Starts decoding the chunks under bytes [off, off+len) in the background (never blocks; does
   // nothing when the pool is saturated). With `cover`, the range is planned in pieces of at
   // least one decode unit and kPrefetchPiece bytes, and a piece whose bytes `cover` holds when
@@ -176,6 +181,7 @@ class Engine {
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<FdCache> fds_;
   std::unique_ptr<ChunkCache> cache_;
+  std::atomic<uint64_t> prefetch_pending_{0};  // bytes of decode-ahead planned and not yet done
   std::unique_ptr<BufferPool> buffers_;
   std::unique_ptr<Metadata> meta_;
   std::mutex files_mu_;  // lock level 4 (docs/architecture.md): after the HDF5 lock; guards files_

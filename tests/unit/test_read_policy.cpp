@@ -356,6 +356,50 @@ TEST_CASE("read policy: a stream walking towards another stream's read asks for 
   CHECK(first.len > stream_cfg().max / 2);
 }
 
+TEST_CASE("read policy: decode-ahead asks for no more than the cache's room, and the rest later", "[vfs][policy]") {
+  // A chunk cache too small for the window evicts the decoded-ahead chunks nearest the reader
+  // before it gets there (decoded twice). With `room`, a stream asks for at most that much from
+  // its near end, and asks for what it left out at the next reads: no gap, nothing asked twice.
+  for (const bool forward : {true, false}) {
+    ReadPolicy p(frames(2000), stream_cfg());
+    uint64_t room = 12 * kUnit;
+    const auto have = [&] { return room; };
+    std::vector<ByteRange> asked;
+    uint64_t capped = 0;
+    for (uint64_t i = 0; i < 400; ++i) {
+      const uint64_t u = forward ? i : 1999 - i;
+      if (i == 200) room = 64 * kUnit;  // the reader freed room
+      const ReadFollowUp f = p.after_read(kHeader + u * kUnit, kUnit, none_decoded, true, have);
+      capped += f.capped;
+      if (!f.prefetch.len) continue;
+      CHECK(f.prefetch.len <= room);
+      // From the near end: next to the reader or to what was asked before.
+      const uint64_t near = forward ? f.prefetch.off : f.prefetch.end();
+      if (asked.empty())
+        CHECK((forward ? near - (u + 1) * kUnit : u * kUnit - near) <= kUnit);
+      else
+        CHECK(near == (forward ? asked.back().end() : asked.back().off));
+      asked.push_back(f.prefetch);
+    }
+    REQUIRE(asked.size() > 2);
+    CHECK(capped > 0);
+    // Once there is room the window grows past the old cap.
+    uint64_t largest = 0;
+    for (const ByteRange& r : asked) largest = std::max(largest, r.len);
+    CHECK(largest > 12 * kUnit);
+    // With room for less than a first window nothing is asked for (asks of a chunk or two, one
+    // per read, made many small requests), and the frontier stays.
+    ReadPolicy q(frames(2000), stream_cfg());
+    uint64_t zero = stream_cfg().initial - 1;
+    bool any = false;
+    for (uint64_t i = 0; i < 100; ++i) {
+      const uint64_t u = forward ? i : 1999 - i;
+      any = any || q.after_read(kHeader + u * kUnit, kUnit, none_decoded, true, [&] { return zero; }).prefetch.len > 0;
+    }
+    CHECK_FALSE(any);
+  }
+}
+
 TEST_CASE("read policy: units smaller than a page are no units: the mount's read-ahead, no pushes", "[vfs][policy]") {
   // h5py's own chunk shape for frames of 512x128, (75, 32, 16): a chunk's runs are 32 bytes, a
   // page holds runs of 8 chunks. Walking such units cost the daemon 8x its CPU on frames.
