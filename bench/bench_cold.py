@@ -27,6 +27,8 @@ reader, copied one by one), random4 (the same frames over 4 threads), halves (tw
 half each). h5py and the direct reader do the same work for mmap and read (the whole array into
 a buffer): it is measured once per round and shown in both rows. File opening is timed for
 every reader (h5py.File, the reader's open, np.load's open and header); mounting is not.
+random1 is also timed frame by frame: the JSON's io[...]['frames'] has, per pass, the median of a
+frame's first visit (the storage's round trip and what the reader adds after it) and of a repeat.
 --readers h5direct runs h5direct alone (two builds compared, each in its own run): this VM's
 slow passes come more often in a run with all three readers (docs/benchmarks.md).
 
@@ -369,6 +371,30 @@ def quarters(idx):
     return [(a, b) for a, b in split(len(idx), 4)]
 
 
+FRAME_TIMES = []  # seconds of each frame of the current random1 pass, in buf.idx order
+
+
+def per_frame(frames, n):
+    """random1: frames(k, k + 1) for every k, each timed into FRAME_TIMES."""
+    clock = time.perf_counter
+    for k in range(n):
+        t = clock()
+        frames(k, k + 1)
+        FRAME_TIMES.append(clock() - t)
+
+
+def frame_summary(idx):
+    """A random1 pass frame by frame: the median time of a frame's first visit (the storage's
+    round trip and what each reader adds after it) and of a repeat (cached by the reader or the
+    page cache)."""
+    seen, first, again = set(), [], []
+    for i, t in zip(idx, FRAME_TIMES):
+        (again if int(i) in seen else first).append(t)
+        seen.add(int(i))
+    med = lambda xs: round(float(np.median(xs)) * 1e3, 4) if xs else None  # noqa: E731
+    return {'distinct': len(first), 'first_median_ms': med(first), 'repeat_median_ms': med(again)}
+
+
 def h5py_access(cell, access, buf):
     hs, o = cell.open_h5py()
     plain = isinstance(o, h5py.Dataset)
@@ -388,7 +414,7 @@ def h5py_access(cell, access, buf):
     elif access == 'slice10':
         rows(buf.slice, buf.lo, buf.hi)
     elif access == 'random1':
-        frames(0, len(buf.idx))
+        per_frame(frames, len(buf.idx))
     elif access == 'random4':  # one file handle: h5py's global lock serialises the threads
         benchlib.in_threads(frames, quarters(buf.idx))
     elif access == 'halves':
@@ -411,7 +437,7 @@ def direct_access(cell, access, buf):
     elif access == 'slice10':
         r.run(r.plan(buf.slice, buf.lo, buf.hi))
     elif access == 'random1':
-        frames(0, len(buf.idx))
+        per_frame(frames, len(buf.idx))
     elif access == 'random4':
         benchlib.in_threads(frames, quarters(buf.idx))
     elif access == 'halves':
@@ -437,7 +463,7 @@ def mount_access(cell, access, buf):
     elif access == 'slice10':
         buf.slice[...] = a[buf.lo:buf.hi]
     elif access == 'random1':
-        frames(0, len(buf.idx))
+        per_frame(frames, len(buf.idx))
     elif access == 'random4':
         benchlib.in_threads(frames, quarters(buf.idx))
     elif access == 'halves':
@@ -540,12 +566,15 @@ def one_pass(cell, access, reader, buf, verify):
         # CPU during the pass: the machine's (was it busy or waiting?), the daemon's and the
         # emulator's (user / system: a slow pass with much system time met fresh memory)
         c0 = cpu_times(), cpu_times(m.proc.pid if m else None), cpu_times(slow.proc.pid if slow else None), vmstat()
+        del FRAME_TIMES[:]
         secs, _ = benchlib.timed(lambda: fn(cell, access, buf))
         c1 = cpu_times(), cpu_times(m.proc.pid if m else None), cpu_times(slow.proc.pid if slow else None), vmstat()
         io = {'slowfs': counters_delta(before, slowfs_stats()),
               'cpu': dict(**cpu_delta(c0[0], c1[0], ('machine_user_s', 'machine_sys_s', 'machine_idle_s', 'machine_steal_s')),
                           **cpu_delta(c0[2], c1[2], ('slowfs_user_s', 'slowfs_sys_s')),
                           **cpu_delta(c0[3], c1[3], VMSTAT))}
+        if access == 'random1' and FRAME_TIMES:
+            io['frames'] = frame_summary(buf.idx)
         if m:
             io['h5direct'] = h5direct_io(benchlib.mount_stats(M))
             io['h5direct'].update(cpu_delta(c0[1], c1[1], ('daemon_user_s', 'daemon_sys_s')))
