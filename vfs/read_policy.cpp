@@ -225,11 +225,7 @@ ReadFollowUp ReadPolicy::after_read(uint64_t off, uint64_t n, const std::functio
   if (e <= h || e <= off) return out;  // the header alone
   const uint64_t d0 = off > h ? off - h : 0, d1 = e - h;
   SequentialPrefetcher::Seen seen;
-  // The room is asked for before the stream's lock is taken: that lock is a leaf, and the
-  // room comes from the chunk cache's shard locks (docs/architecture.md, lock levels).
-  std::function<uint64_t()> have;
-  if (room) have = [r = room()] { return r; };
-  out.prefetch = stream_.on_read(d0, d1 - d0, g_.data_size, &seen, waited, have);
+  out.prefetch = stream_.on_read(d0, d1 - d0, g_.data_size, &seen, waited, room);
   out.cover = seen.cover;
   out.capped = seen.capped;
   const ByteSpan u0 = unit(d0), u1 = unit(d1 - 1);

@@ -79,8 +79,9 @@ class SequentialPrefetcher {
   // does the window double: a reader that finds its bytes ready is served by the window it has,
   // and a larger one would only decode more for nobody past the end of a slice.
   // `room` (when set): the most bytes the decode-ahead may ask for now (Engine::decode_ahead_room);
-  // what it leaves out stays ahead of the frontier, asked for at a later read. Called under this
-  // object's lock, a leaf: it must take no lock (ReadPolicy::after_read passes a value).
+  // what it leaves out stays ahead of the frontier, asked for at a later read. Called only when a
+  // range is to be asked for, under this object's lock, a leaf: it takes no lock (the chunk
+  // cache's totals are atomics).
   Range on_read(uint64_t off, uint64_t len, uint64_t file_size, Seen* seen = nullptr, bool waited = true,
                 const std::function<uint64_t()>& room = nullptr);
 

@@ -19,29 +19,21 @@ uint64_t ChunkCache::new_array_id() {
   return next.fetch_add(1);
 }
 
-uint64_t ChunkCache::used() const {
-  uint64_t u = 0;
-  for (const auto& s : shards_) {
-    std::lock_guard<std::mutex> lk(s->mu);
-    u += s->used;
-  }
-  return u;
+void ChunkCache::add_used(Shard& s, int64_t d) {
+  s.used += static_cast<uint64_t>(d);
+  used_.fetch_add(static_cast<uint64_t>(d), std::memory_order_relaxed);
 }
 
-uint64_t ChunkCache::used_consumed() const {
-  uint64_t u = 0;
-  for (const auto& s : shards_) {
-    std::lock_guard<std::mutex> lk(s->mu);
-    u += s->used_done;
-  }
-  return u;
+void ChunkCache::add_done(Shard& s, int64_t d) {
+  s.used_done += static_cast<uint64_t>(d);
+  used_done_.fetch_add(static_cast<uint64_t>(d), std::memory_order_relaxed);
 }
 
 void ChunkCache::evict_back(Shard& s, List& from, bool consumed) {
   auto& back = from.back();
-  const uint64_t sz = back.second->size();
-  s.used -= sz;
-  if (consumed) s.used_done -= sz;
+  const int64_t sz = static_cast<int64_t>(back.second->size());
+  add_used(s, -sz);
+  if (consumed) add_done(s, -sz);
   s.map.erase(back.first);
   from.pop_back();
 }
@@ -61,13 +53,13 @@ void ChunkCache::insert(Shard& s, const ChunkKey& key, const ChunkBytes& value) 
   if (s.map.count(key)) return;
   s.hot.emplace_front(key, value);
   s.map[key] = Entry{s.hot.begin(), false};
-  s.used += sz;
+  add_used(s, static_cast<int64_t>(sz));
   trim(s);
 }
 
 void ChunkCache::touch(Shard& s, Entry& e) {
   if (e.consumed) {
-    s.used_done -= e.it->second->size();
+    add_done(s, -static_cast<int64_t>(e.it->second->size()));
     e.consumed = false;
     s.hot.splice(s.hot.begin(), s.done, e.it);
   } else {
@@ -86,7 +78,7 @@ void ChunkCache::consumed(const ChunkKey& key) {
     return;
   }
   e.consumed = true;
-  s.used_done += e.it->second->size();
+  add_done(s, static_cast<int64_t>(e.it->second->size()));
   s.done.splice(s.done.begin(), s.hot, e.it);
   trim(s);
 }

@@ -14,6 +14,7 @@
 // Eviction takes consumed chunks first, then the coldest hot ones. A hit moves a chunk back to
 // the front of the hot list.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -58,8 +59,10 @@ class ChunkCache {
   void consumed(const ChunkKey& key);
   uint64_t budget() const { return budget_; }
   uint64_t consumed_budget() const { return consumed_budget_; }
-  uint64_t used() const;
-  uint64_t used_consumed() const;
+  // Both lists, and the consumed list, over all shards: read without a shard's lock (the decode-ahead
+  // asks for its room at every read, under a leaf lock of its own).
+  uint64_t used() const { return used_.load(std::memory_order_relaxed); }
+  uint64_t used_consumed() const { return used_done_.load(std::memory_order_relaxed); }
   static uint64_t new_array_id();
 
  private:
@@ -86,12 +89,17 @@ class ChunkCache {
   void touch(Shard& s, Entry& e);
   void evict_back(Shard& s, List& from, bool consumed);
   void trim(Shard& s);
+  // Every change of a shard's `used` / `used_done` goes through these (under the shard's lock),
+  // so that the totals above stay their sums.
+  void add_used(Shard& s, int64_t d);
+  void add_done(Shard& s, int64_t d);
 
   uint64_t budget_;
   uint64_t shard_budget_;
   uint64_t consumed_budget_;
   uint64_t shard_consumed_budget_;
   std::vector<std::unique_ptr<Shard>> shards_;
+  std::atomic<uint64_t> used_{0}, used_done_{0};
 };
 
 }  // namespace h5d

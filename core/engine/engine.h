@@ -154,7 +154,7 @@ class Engine {
   void read_region(const Array& a, const Region& r, const DestView& dst);
   // What a decode-ahead may ask for now: half the chunk cache's room (its free bytes and those of
   // chunks read to their end, which it evicts first), less the decode-ahead asked for and not yet
-  // done; half, as the cache's shards fill unevenly.
+  // done; half, as the cache's shards fill unevenly. Takes no lock.
   uint64_t decode_ahead_room() const;
   // Starts decoding the chunks under bytes [off, off+len) in the background (never blocks; does
   // nothing when the pool is saturated). With `cover`, the range is planned in pieces of at
