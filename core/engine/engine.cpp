@@ -271,17 +271,16 @@ uint64_t Engine::decode_ahead_room() const {
 namespace {
 
 // Decode-ahead bytes planned and not yet done (Engine::prefetch_pending_): each task takes its
-// share off when it ends, the last owner (the batch, run or rejected) whatever is left.
+// share off when it ends (the shares add up to the whole), the last owner (the batch, run or
+// rejected) what tasks that never ran left.
 struct PendingPrefetch {
   std::atomic<uint64_t>& total;
   std::atomic<uint64_t> left;
   PendingPrefetch(std::atomic<uint64_t>& t, uint64_t n) : total(t), left(n) { total.fetch_add(n, std::memory_order_relaxed); }
   ~PendingPrefetch() { total.fetch_sub(left.load(), std::memory_order_relaxed); }
   void done(uint64_t n) {
-    uint64_t l = left.load();
-    while (!left.compare_exchange_weak(l, l - std::min(l, n))) {
-    }
-    total.fetch_sub(std::min(l, n), std::memory_order_relaxed);
+    left.fetch_sub(n, std::memory_order_relaxed);
+    total.fetch_sub(n, std::memory_order_relaxed);
   }
 };
 
@@ -322,9 +321,11 @@ void Engine::prefetch_bytes(const Array& a, uint64_t off, uint64_t len, std::sha
   }
   if (plan.tasks.empty()) return;
   auto pending = std::make_shared<PendingPrefetch>(prefetch_pending_, len);
-  const uint64_t share = (len + plan.tasks.size() - 1) / plan.tasks.size();
-  for (auto& t : plan.tasks)
-    t = [pending, share, t = std::move(t)] {
+  const uint64_t count = plan.tasks.size();
+  for (uint64_t k = 0; k < count; ++k) {
+    const uint64_t share = len / count + (k < len % count ? 1 : 0);
+    auto& task = plan.tasks[k];
+    task = [pending, share, t = std::move(task)] {
       struct Done {
         PendingPrefetch& p;
         uint64_t n;
@@ -332,6 +333,7 @@ void Engine::prefetch_bytes(const Array& a, uint64_t off, uint64_t len, std::sha
       } done{*pending, share};
       t();
     };
+  }
   pool_->try_run_detached(std::move(plan.tasks), 64, plan.common_key());
 }
 
