@@ -153,6 +153,11 @@ class ArrayOpenFile final : public OpenFile {
     pushes.ranges[1] = next.around[1];
     pushes.ranges[2] = next.ahead;
     if (next.prefetch.len > 0) {
+      if (log::debug_enabled())
+        log::debug("decode-ahead of " + node_.spec_.what + ": data bytes [" + std::to_string(next.prefetch.off) + ", " +
+                   std::to_string(next.prefetch.end()) + ") after a read of [" + std::to_string(off) + ", " +
+                   std::to_string(off + n) + ")" + (waited ? " that waited" : "") + ", window " +
+                   std::to_string(policy_.stream().window()));
       try {
         engine.prefetch_bytes(*array_, next.prefetch.off, next.prefetch.len, next.cover);
       } catch (const std::exception& e) {

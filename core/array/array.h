@@ -32,6 +32,11 @@ struct ReadPlan {
   // spread over the I/O depth, within [kMinRequest, max]); 0: each chunk alone, runs at the
   // engine's largest request.
   uint64_t request = 0;
+  // The read-ahead planned so far (plan_readahead rounds each range to whole blocks of the file):
+  // file `readahead_key`'s bytes [readahead_lo, readahead_hi). A plan's regions are planned one
+  // by one; the next range of the same file starts past what they asked for, so the block where
+  // two meet is asked for once.
+  uint64_t readahead_key = 0, readahead_lo = 0, readahead_hi = 0;
   void add(std::function<void()> task, uint64_t key = 0) {
     tasks.push_back(std::move(task));
     keys.push_back(key);

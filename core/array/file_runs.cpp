@@ -96,9 +96,9 @@ void plan_runs(Engine& engine, const std::string& path, const FileIdentity& id, 
     if (r.n >= Engine::kMinRequest) {  // a request of its own, or several in parallel
       flush();
       const uint64_t n_pieces = (r.n + piece - 1) / piece;
-      const uint64_t each = (r.n + n_pieces - 1) / n_pieces;  // equal pieces: no short tail request
+      const uint64_t each = (r.n + n_pieces - 1) / n_pieces;  // about equal: no short tail request
       while (r.n > 0) {
-        const uint64_t n = std::min(each, r.n);
+        const uint64_t n = Engine::request_end(r.src, each, r.src + r.n) - r.src;
         batch.push_back({r.src, r.dst, n});
         flush();
         r.src += n;
@@ -127,10 +127,36 @@ void plan_readahead(Engine& engine, const std::string& path, const FileIdentity&
   }
   const uint64_t piece = std::min(plan.request ? plan.request : Engine::kMinRequest, Engine::kMaxScratchRequest);
   const uint64_t key = file_key(path);
+  // A range starts and ends on multiples of kMinRequest in the file (not past the file's end):
+  // the stream reads on from its end (forward) or its start (backward) next, and the next range's
+  // block there is then in the page cache or on its way (the client asks only for pages it
+  // lacks, and waits for those being read), so its requests start on that multiple too
+  // (Engine::request_end). Ranges cut where the decode-ahead's windows end made a short request
+  // at each end: 1,500 requests on the emulated storage for a cold 157 MB copy where 1,200 do.
+  const uint64_t a = Engine::kMinRequest;
+  for (auto& range : ranges) {
+    const uint64_t end = range.first + range.second;
+    uint64_t up = (end + a - 1) / a * a;
+    if (id.size > 0) up = std::min(up, std::max(end, static_cast<uint64_t>(id.size)));
+    range.first = range.first / a * a;
+    range.second = up - range.first;
+  }
   for (const auto& range : ranges) {
     uint64_t off = range.first, len = range.second;  // not a structured binding: lambdas capture these
+    if (plan.readahead_key == key && off < plan.readahead_hi && off >= plan.readahead_lo) {
+      if (off + len <= plan.readahead_hi) continue;  // asked for already
+      len -= plan.readahead_hi - off;
+      off = plan.readahead_hi;
+    }
+    if (plan.readahead_key == key && off == plan.readahead_hi) {
+      plan.readahead_hi = off + len;
+    } else {
+      plan.readahead_key = key;
+      plan.readahead_lo = off;
+      plan.readahead_hi = off + len;
+    }
     while (len > 0) {
-      const uint64_t n = std::min(piece, len);
+      const uint64_t n = Engine::request_end(off, piece, off + len) - off;
       plan.add([&engine, path, id, what, off, n] {
         try {
           auto fd = engine.fds().get(path, &id);

@@ -129,6 +129,14 @@ uint64_t Engine::request_size(uint64_t bytes) const {
   return std::clamp<uint64_t>(bytes / std::max(1u, opts_.io_depth), kMinRequest, kMaxRequest);
 }
 
+uint64_t Engine::request_end(uint64_t at, uint64_t piece, uint64_t end) {
+  constexpr uint64_t a = kMinRequest;
+  if (end <= at) return end;
+  piece = std::max(a, (piece + a / 2) / a * a);
+  const uint64_t cut = (at + piece) / a * a;  // > at, since piece >= a
+  return cut >= end || end - cut < a ? end : cut;
+}
+
 void Engine::run(ReadPlan& plan) {
   pool_->run_all(plan.tasks, plan.common_key());
   plan.keys.clear();
@@ -147,14 +155,11 @@ void Engine::source_read_split(int fd, void* buf, uint64_t n, uint64_t off, cons
     return;
   }
   const uint64_t count = (n + piece - 1) / piece;
-  const uint64_t each = ((n + count - 1) / count + 4095) / 4096 * 4096;  // equal, whole pages
+  const uint64_t each = (n + count - 1) / count;  // about equal
   std::vector<std::function<void()>> tasks;
   auto* out = static_cast<uint8_t*>(buf);
   for (uint64_t at = off; at < off + n;) {
-    // Cut at file page boundaries: a page two requests share would be read by one and waited
-    // for by the other.
-    uint64_t cut = std::min(off + n, (at + each) / 4096 * 4096);
-    if (cut <= at) cut = std::min(off + n, at + each);
+    const uint64_t cut = request_end(at, each, off + n);
     tasks.push_back([this, fd, dst = out + (at - off), len = cut - at, at, &what] {
       counted_read(fd, dst, len, at, what, /*cold=*/true);
     });

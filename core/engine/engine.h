@@ -111,13 +111,22 @@ class Engine {
   // of requests in flight is the fastest a latency-bound store can serve them), within
   // [kMinRequest, kMaxRequest].
   uint64_t request_size(uint64_t bytes) const;
+  // Where a source request that starts at file offset `at` and should be about `piece` bytes
+  // ends, not past `end`: on a multiple of kMinRequest in the file (the piece rounded to whole
+  // such blocks, at least one), or at `end` when less than a block would be left after it.
+  // Clients cut what they send to the storage into requests of a power of two from where a read
+  // starts (FUSE 128 KiB, NFS's rsize, GPFS and Lustre blocks): a piece of 153 KB from an
+  // unaligned offset was a request of 128 KiB and another of 25 KB on the emulated storage
+  // (1,500 requests for 157 MB where 1,200 do), and two pieces sharing a page read it twice or
+  // wait for each other.
+  static uint64_t request_end(uint64_t at, uint64_t piece, uint64_t end);
   // Runs a plan's tasks on the pool (see ReadPlan::keys) and waits for them.
   void run(ReadPlan& plan);
   // A source read of the data path: pread_exact, counted (source_requests, bytes_pread, the
   // depth reached) and, with -o debug, logged when slow.
   void source_read(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what);
-  // The same read, split into pieces of about `piece` bytes (at least kMinRequest, cut at page
-  // boundaries) read in parallel on the pool when it is larger and the page cache lacks it: one
+  // The same read, split into pieces of about `piece` bytes (at least kMinRequest, cut where
+  // request_end says) read in parallel on the pool when it is larger and the page cache lacks it: one
   // large stored chunk then costs one round trip, not its size over one request's bandwidth
   // (the split a long contiguous run gets). `key`: the file's pool key.
   void source_read_split(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what, uint64_t piece,
@@ -126,7 +135,8 @@ class Engine {
   // runs, the chunk index) or read-ahead's (readahead_bytes).
   enum class ReadKind { Data, ReadAhead };
   // Brings [off, off + n) of the source into its page cache: nothing when it is there already,
-  // otherwise one source request into a per-worker scratch buffer (n <= kMaxScratchRequest),
+  // otherwise one source request into a per-worker scratch buffer (n < kMaxScratchRequest +
+  // kMinRequest: a piece that request_end let reach the end of its range),
   // counted as `kind`. For read-ahead and hints: returns whether it read.
   bool read_into_page_cache(int fd, uint64_t off, uint64_t n, const std::string& what, ReadKind kind);
   FdCache& fds() { return *fds_; }

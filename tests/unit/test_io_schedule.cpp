@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -127,6 +128,17 @@ std::string deflated_rows(const std::string& name, std::vector<hsize_t> dims, ui
   return f.path;
 }
 
+// A contiguous dataset /d of `dims` (uint16).
+std::string contiguous_u16(const std::string& name, std::vector<hsize_t> dims, uint32_t seed) {
+  FileSpec f;
+  f.path = scratch_path(name);
+  DsetSpec d;
+  d.layout = "contiguous";
+  d.dims = dims;
+  write_dataset(f, d, seed);
+  return f.path;
+}
+
 // /d of 150 frames of 64x64 uint16 in chunks of 75 x 16 x 16 (h5py's own chunk shape is of
 // this kind: a chunk holds a part of many frames), shuffle+deflate or stored as it is.
 std::string block_chunked(const std::string& name, bool deflate, uint32_t seed) {
@@ -153,6 +165,84 @@ struct FullReads {
 };
 }  // namespace
 
+TEST_CASE("a source request ends on a multiple of the smallest request, or where its range ends", "[core][io]") {
+  constexpr uint64_t a = Engine::kMinRequest;
+  CHECK(Engine::request_end(0, a, 1ull << 20) == a);
+  CHECK(Engine::request_end(4536, 153000, 10ull << 20) == a);           // 153 KB: one block, to its end
+  CHECK(Engine::request_end(a, 300000, 10ull << 20) == 3 * a);          // 300 KB: two blocks
+  CHECK(Engine::request_end(a + 7, 1ull << 20, 10ull << 20) == 9 * a);  // 1 MiB: 8 blocks, ending on one
+  CHECK(Engine::request_end(0, a, a + 1000) == a + 1000);               // less than a block left: taken along
+  CHECK(Engine::request_end(100, 1ull << 20, 5000) == 5000);            // the range ends first
+  CHECK(Engine::request_end(5000, a, 5000) == 5000);                    // nothing left
+  // Cutting any range into pieces: contiguous, every cut but the last on a multiple, at most
+  // one piece more than whole blocks of the piece size would take.
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 20000; ++i) {
+    const uint64_t off = rng() % (64ull << 20), len = 1 + rng() % (16ull << 20), piece = 1 + rng() % (4ull << 20);
+    const uint64_t end = off + len;
+    const uint64_t blocks = std::max<uint64_t>(1, (piece + a / 2) / a);
+    uint64_t at = off, n = 0;
+    while (at < end) {
+      const uint64_t cut = Engine::request_end(at, piece, end);
+      REQUIRE(cut > at);
+      REQUIRE(cut <= end);
+      if (cut != end) {
+        REQUIRE(cut % a == 0);
+        REQUIRE(end - cut >= a);
+      }
+      REQUIRE(cut - at < (blocks + 1) * a + a);
+      at = cut;
+      ++n;
+    }
+    REQUIRE(n <= len / (blocks * a) + 2);
+  }
+}
+
+TEST_CASE("read-ahead of data stored as it is read asks for whole blocks of the file", "[core][io]") {
+  // A contiguous dataset, whose data lie at an offset of the file that is no multiple of 128 KiB
+  // (after its metadata), read ahead in two windows that end at no such multiple either: each
+  // window's requests reach the blocks it touches in whole, so the stream's next window starts
+  // with a block already read and its own requests start on a multiple (Engine::request_end).
+  const std::string path = contiguous_u16("io_readahead_blocks.h5", {1024, 2048}, 4);  // 4 MiB
+  uint64_t data_at = 0;
+  {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    REQUIRE(file >= 0);
+    const hid_t ds = H5Dopen2(file, "/d", H5P_DEFAULT);
+    REQUIRE(ds >= 0);
+    data_at = H5Dget_offset(ds);  // the oracle: libhdf5's own answer
+    H5Dclose(ds);
+    H5Fclose(file);
+  }
+  constexpr uint64_t a = Engine::kMinRequest;
+  REQUIRE(data_at % a != 0);
+  const uint64_t w1 = 1234567, w2 = 2345678;  // data bytes [0, w1), then [w1, w2)
+  const auto down = [&](uint64_t x) { return x / a * a; };
+  const auto up = [&](uint64_t x) { return (x + a - 1) / a * a; };
+  EngineOptions o = two_threads(32);
+  Engine e(o);
+  auto arr = e.open_file(path)->dataset_array("/d");
+  REQUIRE_FALSE(arr->decodes());
+  evict(path);
+  Stats& st = e.stats();
+  const auto wait_for = [&](uint64_t bytes) {
+    for (int i = 0; i < 3000 && st.readahead_bytes.load() + st.readahead_resident_bytes.load() < bytes; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  };
+  e.prefetch_bytes(*arr, 0, w1);
+  const uint64_t first = up(data_at + w1) - down(data_at);
+  wait_for(first);
+  CHECK(st.readahead_bytes.load() + st.readahead_resident_bytes.load() == first);
+  e.prefetch_bytes(*arr, w1, w2 - w1);
+  const uint64_t second = up(data_at + w2) - down(data_at + w1);
+  wait_for(first + second);
+  CHECK(st.readahead_bytes.load() + st.readahead_resident_bytes.load() == first + second);
+  // The data are unchanged by it.
+  std::vector<uint8_t> got(arr->nbytes());
+  e.read_bytes(*arr, 0, got.size(), got.data());
+  CHECK(got == h5_read_all(path, "/d"));
+}
+
 TEST_CASE("adjacent compressed chunks share a request as the depth allows, bytes unchanged", "[core][io]") {
   FullReads r(deflated_rows("io_merge.h5", {256, 16384}, 9));  // 256 chunks of 32 KiB
   // Depth 1: the whole read is one request's worth, capped by the scratch request size.
@@ -172,13 +262,7 @@ TEST_CASE("adjacent compressed chunks share a request as the depth allows, bytes
 }
 
 TEST_CASE("a long contiguous run is split into requests spread over the depth", "[core][io]") {
-  FileSpec f;
-  f.path = scratch_path("io_split.h5");
-  DsetSpec d;
-  d.layout = "contiguous";
-  d.dims = {1024, 4096};  // 8 MiB of uint16
-  write_dataset(f, d, 3);
-  FullReads r(f.path);
+  FullReads r(contiguous_u16("io_split.h5", {1024, 4096}, 3));  // 8 MiB
   CHECK(r.requests(1) == 1);    // 8 MiB <= the largest request
   CHECK(r.same());
   CHECK(r.requests(16) == 16);  // 512 KiB each
