@@ -477,19 +477,15 @@ class ChunkedArray final : public DatasetArray {
         }
       } unclaim{cache, claims, group, array_id_};
       std::shared_ptr<std::vector<uint8_t>> stored;
-      uint64_t base = lo;  // the file offset of stored's first byte
       if (n > 1) {
         try {
           check_in_file(st_.file_id, info_->file, lo, hi - lo, what_ + ": chunks");
           // A recycled buffer of the pool (a fresh zeroed one cost a page fault and a memset per
           // 4 KiB, a tenth of the daemon's CPU on a cold deflate read): groups are at most
           // kMaxScratchRequest, so one pooled size serves them all.
-          // (with room for the request's widening to whole blocks: Engine::source_read_blocks)
-          const uint64_t cap = std::max<uint64_t>(hi - lo, Engine::kMaxScratchRequest + 2 * Engine::kMinRequest);
-          auto buf = engine_.buffers().get(cap);
+          auto buf = engine_.buffers().get(std::max<uint64_t>(hi - lo, Engine::kMaxScratchRequest));
           auto fd = engine_.fds().get(info_->file, &st_.file_id);
-          base = engine_.source_read_blocks(fd->fd(), buf->data(), lo, hi, cap,
-                                            static_cast<uint64_t>(std::max<int64_t>(0, st_.file_id.size)), info_->file);
+          engine_.source_read(fd->fd(), buf->data(), hi - lo, lo, info_->file);
           FdCache::verify(info_->file, st_.file_id);
           engine_.stats().merged_requests.fetch_add(1, std::memory_order_relaxed);
           stored = std::move(buf);
@@ -505,7 +501,7 @@ class ChunkedArray final : public DatasetArray {
           continue;
         }
         const bool in_buf = stored && w.loc.addr >= lo && w.loc.addr + w.loc.size <= hi;
-        const uint8_t* src = in_buf ? stored->data() + (w.loc.addr - base) : nullptr;
+        const uint8_t* src = in_buf ? stored->data() + (w.loc.addr - lo) : nullptr;
         mine.push_back([this, &w, &claim = claims[i], src, prefetch] {
           const ChunkKey key{array_id_, w.lin};
           ChunkBytes bytes;

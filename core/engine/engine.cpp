@@ -176,18 +176,8 @@ bool Engine::read_into_page_cache(int fd, uint64_t off, uint64_t n, const std::s
   return true;
 }
 
-uint64_t Engine::source_read_blocks(int fd, uint8_t* buf, uint64_t lo, uint64_t hi, uint64_t cap, uint64_t size,
-                                    const std::string& what) {
-  constexpr uint64_t a = kMinRequest;
-  uint64_t rlo = lo / a * a, rhi = std::min((hi + a - 1) / a * a, std::max(hi, size));
-  if (rhi - rlo > cap) rlo = lo;
-  if (rhi - rlo > cap) rhi = hi;
-  counted_read(fd, buf, rhi - rlo, rlo, what, !source_resident(fd, rlo, rhi - rlo), ReadKind::Data, (rhi - rlo) - (hi - lo));
-  return rlo;
-}
-
 void Engine::counted_read(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what, bool cold,
-                          ReadKind kind, uint64_t extra) {
+                          ReadKind kind) {
   const uint64_t now = stats_.source_in_flight.fetch_add(1, std::memory_order_relaxed) + 1;
   uint64_t max = stats_.source_in_flight_max.load(std::memory_order_relaxed);
   while (now > max && !stats_.source_in_flight_max.compare_exchange_weak(max, now, std::memory_order_relaxed)) {
@@ -206,8 +196,7 @@ void Engine::counted_read(int fd, void* buf, uint64_t n, uint64_t off, const std
     pread_exact(fd, buf, n, off, what);
   }
   stats_.source_requests.fetch_add(1, std::memory_order_relaxed);
-  (kind == ReadKind::ReadAhead ? stats_.readahead_bytes : stats_.bytes_pread).fetch_add(n - extra, std::memory_order_relaxed);
-  if (extra) stats_.readahead_bytes.fetch_add(extra, std::memory_order_relaxed);
+  (kind == ReadKind::ReadAhead ? stats_.readahead_bytes : stats_.bytes_pread).fetch_add(n, std::memory_order_relaxed);
   if (dbg) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     log::debug("source read " + what + " at " + std::to_string(off) + " (" + std::to_string(n) + " bytes): " +

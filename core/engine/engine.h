@@ -131,12 +131,6 @@ class Engine {
   // (the split a long contiguous run gets). `key`: the file's pool key.
   void source_read_split(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what, uint64_t piece,
                          uint64_t key);
-  // One source request for bytes [lo, hi) widened to whole blocks of the file where that fits
-  // `cap` bytes and the file's `size` (request_end: a request from an unaligned offset cost the
-  // client a short request more at each end), into `buf` of at least `cap` bytes. Returns where
-  // the bytes read start in the file (buf[0]). What lies outside [lo, hi) counts as read-ahead.
-  uint64_t source_read_blocks(int fd, uint8_t* buf, uint64_t lo, uint64_t hi, uint64_t cap, uint64_t size,
-                              const std::string& what);
   // Which byte counter a source request adds to: the data path's (bytes_pread: chunks, byte
   // runs, the chunk index) or read-ahead's (readahead_bytes).
   enum class ReadKind { Data, ReadAhead };
@@ -188,9 +182,8 @@ class Engine {
  private:
   // source_read once residency is known (`cold`: the page cache cannot answer it, so the worker
   // waits for the storage and another may start meanwhile).
-  // `extra`: bytes of the n that count as read-ahead whatever `kind` says (source_read_blocks).
   void counted_read(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what, bool cold,
-                    ReadKind kind = ReadKind::Data, uint64_t extra = 0);
+                    ReadKind kind = ReadKind::Data);
 
   EngineOptions opts_;
   Stats stats_;

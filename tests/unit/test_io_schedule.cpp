@@ -301,45 +301,6 @@ TEST_CASE("bytes read into the page cache count as read-ahead or data, once, and
   ::close(fd);
 }
 
-TEST_CASE("a merged request is widened to whole blocks where its buffer and the file allow", "[core][io]") {
-  constexpr uint64_t a = Engine::kMinRequest;
-  const std::string path = scratch_path("io_blocks.bin");
-  std::vector<uint8_t> bytes(3 * a + 5000);
-  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7 + i / 251);
-  h5d::testing::write_file_bytes(path, bytes);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  REQUIRE(fd >= 0);
-  Engine e(two_threads(32));
-  Stats& st = e.stats();
-  std::vector<uint8_t> buf(4 * a);
-  const auto same = [&](uint64_t base, uint64_t lo, uint64_t hi) {
-    return std::equal(bytes.begin() + static_cast<std::ptrdiff_t>(lo), bytes.begin() + static_cast<std::ptrdiff_t>(hi),
-                      buf.begin() + static_cast<std::ptrdiff_t>(lo - base));
-  };
-  // [a + 100, 2a + 300): widened to [a, 3a); the 2a - 400 bytes beyond the chunks' are read-ahead.
-  uint64_t base = e.source_read_blocks(fd, buf.data(), a + 100, 2 * a + 300, buf.size(), bytes.size(), "t");
-  CHECK(base == a);
-  CHECK(same(base, a, 3 * a));
-  CHECK(st.bytes_pread.load() == a + 200);
-  CHECK(st.readahead_bytes.load() == a - 200);
-  CHECK(st.source_requests.load() == 1);
-  // Near the file's end: no further than the file.
-  base = e.source_read_blocks(fd, buf.data(), 2 * a + 10, 3 * a + 4000, buf.size(), bytes.size(), "t");
-  CHECK(base == 2 * a);
-  CHECK(same(base, 2 * a, bytes.size()));
-  // A buffer with no room to widen: the bytes asked for, as they are.
-  const uint64_t before = st.readahead_bytes.load();
-  base = e.source_read_blocks(fd, buf.data(), 100, a + 100, a, bytes.size(), "t");
-  CHECK(base == 100);
-  CHECK(same(base, 100, a + 100));
-  CHECK(st.readahead_bytes.load() == before);
-  // Unknown size (0): never past the bytes asked for at the end.
-  base = e.source_read_blocks(fd, buf.data(), a + 5, 2 * a - 5, buf.size(), 0, "t");
-  CHECK(base == a);
-  CHECK(same(base, a, 2 * a - 5));
-  ::close(fd);
-}
-
 TEST_CASE("the pool grows beyond its CPU places only for workers waiting on the storage", "[core][io]") {
   // Warm: tasks that never wait, from two readers, nested batches (a decode-ahead's plan) and
   // detached ones. The workers are busy nearly all the time; none waits on the storage. A worker
