@@ -1,4 +1,5 @@
-// h5direct-helper: runs the daemon's libhdf5 calls in a process of its own (core/h5lib/h5helper.h).
+// h5direct-helper: runs the daemon's libhdf5 calls in a process of its own (the daemon's side:
+// core/h5lib/h5helper.h; this folder is the helper side, every libhdf5 call of h5direct).
 // Started by mount.h5direct with one end of a socketpair as descriptor 3; answers requests until
 // the daemon closes it, and dies with the daemon.
 #include <malloc.h>
@@ -14,8 +15,8 @@
 #include <cstring>
 #include <string>
 
-#include "core/h5lib/h5helper.h"
-#include "core/h5lib/h5lib.h"
+#include "helper/serve.h"
+#include "helper/h5lib.h"
 #include "core/log.h"
 
 int main(int argc, char** argv) {

@@ -23,8 +23,8 @@ import re
 import sys
 
 SCANNED = ['core', 'vfs', 'fusefs', 'config', 'helper', 'daemon']
-WRAPPERS = {'core/h5lib/h5lib.cpp', 'core/h5lib/h5types_api.cpp'}
-DRIVER_CALLS = {'core/h5lib/h5truncated.cpp': {'H5FDregister', 'H5Epush2'}}
+WRAPPERS = {'helper/h5lib.cpp', 'helper/h5types_api.cpp'}
+DRIVER_CALLS = {'helper/h5truncated.cpp': {'H5FDregister', 'H5Epush2'}}
 
 CALL = re.compile(r'(?<![A-Za-z0-9_])(H5[A-Za-z][A-Za-z0-9_]*)\s*\(')
 DECL = re.compile(r'\b(?:class|struct|enum|using)\s+(H5[A-Za-z0-9_]*)')
@@ -69,7 +69,7 @@ def raw_calls(rel, text, own):
         if name in own or name in allowed:
             continue
         line = code.count('\n', 0, m.start()) + 1
-        out.append(f'{rel}:{line}: {name}: a raw libhdf5 call; call its wrapper (core/h5lib/h5lib.h, h5types_api.h)')
+        out.append(f'{rel}:{line}: {name}: a raw libhdf5 call; call its wrapper (helper/h5lib.h, h5types_api.h)')
     return out
 
 

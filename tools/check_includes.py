@@ -17,7 +17,8 @@ for it; everything may include the standard library and system headers):
     array                  every kind of Array
     h5lib, euxfel, write   libhdf5 and the helpers, the EuXFEL run model, the write path
     vfs                    the virtual tree (all of core)
-    config, fusefs, helper the programs and their options
+    config, fusefs         the option parser, the FUSE adapter
+    helper                 the helper side of the process boundary: every libhdf5 call (all of core)
     daemon                 mount.h5direct: all of the above but helper
 
 A file may also say which side of the libhdf5 process boundary it belongs to, in a line of its

@@ -174,13 +174,6 @@ bool write_blocking(int fd, const void* data, size_t n);
 
 namespace helper {
 
-// The helper's side (h5serve.cpp, the helper-side library): answers requests on `fd` with the
-// local implementation (an Engine without helpers: LocalMetadata) until the daemon closes it.
-// Returns the exit status.
-// A writer process (core/write/remote_file.cpp) is the same program: its first request is
-// proto::Op::WriteCreateFile, and it then holds that one file open for writing.
-int serve(int fd);
-
 // Typed call: encodes file + args, decodes the reply as R (and checks nothing is left over).
 // `tentative`: HelperPool::call_tentative (HelperFailure when the helper breaks).
 template <class R, class... A>

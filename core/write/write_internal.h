@@ -36,14 +36,11 @@ NewDataset get_spec(proto::In& in);
 // The daemon's WriteFile: one writer process per file (remote_file.cpp).
 std::unique_ptr<WriteFile> make_remote_write_file(const HelperOptions& opts, const std::string& path, dev_t& dev,
                                                   ino_t& ino);
-// libhdf5 in this process (local_file.cpp; helper side).
-std::unique_ptr<WriteFile> make_local_write_file(const std::string& path, dev_t& dev, ino_t& ino);
-// make_local_write_file as the helper-side library registers it (h5local.cpp, with the local
+// The local WriteFile (libhdf5 in this process, helper/local_file.cpp) as the helper-side library
+// registers it (helper/h5local.cpp, with the local
 // metadata); nullptr in a program without that library (mount.h5direct: it writes through
 // writer processes only).
 using LocalWriteFileFactory = std::unique_ptr<WriteFile> (*)(const std::string& path, dev_t& dev, ino_t& ino);
 LocalWriteFileFactory& local_write_file_factory();
-// The path of `file` when it is one make_local_write_file made, else nullptr (local_file.cpp).
-const std::string* local_write_file_path(const WriteFile& file);
 
 }  // namespace h5d::detail

@@ -12,8 +12,8 @@
 // Side: daemon (the public interface of the write path; no libhdf5). The files of core/write/:
 //   assemble.cpp    (daemon) Writer, its files, the contiguous and chunked dataset writers
 //   remote_file.cpp (daemon) the WriteFile of the daemon: requests to the file's writer process
-//   local_file.cpp  (helper) the WriteFile that calls libhdf5 in process
-//   server.cpp      (helper) the writer process's answers (helper::serve_write)
+//   helper/local_file.cpp    (helper side) the WriteFile that calls libhdf5 in process
+//   helper/write_server.cpp  (helper side) the writer process's answers (helper::serve_write)
 //   write_file.cpp  (both)   create_write_file: which of the two WriteFiles
 #pragma once
 #include <sys/types.h>
@@ -121,12 +121,6 @@ class WriteFile {
 // Creates the HDF5 file `path` (O_EXCL; Error(EEXIST) when it exists) in the writer process
 // (engine.helpers() set) or in process. `created`: the device and inode libhdf5 created.
 std::unique_ptr<WriteFile> create_write_file(Engine& engine, const std::string& path, dev_t& dev, ino_t& ino);
-
-namespace helper {
-// The writer process's side (helper::serve): answers one proto::is_write_op request about
-// `path`. `file` is this process's one written file, made by Op::WriteCreateFile.
-std::string serve_write(std::unique_ptr<WriteFile>& file, proto::Op op, proto::In& in, const std::string& path);
-}  // namespace helper
 
 class DatasetWriter {
  public:

@@ -25,7 +25,7 @@
 #include "core/euxfel/h5meta.h"
 #include "core/h5lib/h5file.h"
 #include "core/h5lib/h5helper.h"
-#include "core/h5lib/h5lib.h"
+#include "helper/h5lib.h"
 #include "core/h5lib/metadata.h"
 #include "tests/support/h5fixture.h"
 #include "vfs/providers.h"

@@ -27,7 +27,7 @@
 
 #include "core/engine/engine.h"
 #include "core/error.h"
-#include "core/h5lib/h5lib.h"
+#include "helper/h5lib.h"
 #include "core/array/region.h"
 #include "core/write/writer.h"
 #include "tests/support/h5fixture.h"

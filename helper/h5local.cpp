@@ -1,6 +1,7 @@
 // LocalMetadata (h5local.h): the read side's libhdf5 calls, in this process.
-#include "core/h5lib/h5local.h"
+#include "helper/h5local.h"
 #include "core/write/write_internal.h"
+#include "helper/serve.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,9 +15,9 @@
 #include "core/error.h"
 #include "core/engine/fd_cache.h"
 #include "core/fmt/chunk_index.h"
-#include "core/h5lib/h5lib.h"
-#include "core/h5lib/h5types.h"
-#include "core/euxfel/h5meta_local.h"
+#include "helper/h5lib.h"
+#include "helper/h5types.h"
+#include "helper/h5meta_local.h"
 #include "core/log.h"
 
 namespace h5d {

@@ -1,5 +1,5 @@
 // euxfel::meta's questions (h5meta.h) answered by libhdf5 in this process, under the HDF5 lock:
-// LocalMetadata's (core/h5lib/h5local.h) euxfel part, in the helper-side library. Callers ask
+// LocalMetadata's (helper/h5local.h) euxfel part, in the helper-side library. Callers ask
 // euxfel::meta, which asks the engine's Metadata.
 #pragma once
 #include <cstdint>

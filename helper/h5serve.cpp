@@ -1,4 +1,4 @@
-// helper::serve (h5helper.h): the helper process's side of the protocol, answering each
+// helper::serve (serve.h): the helper process's side of the protocol, answering each
 // request with the engine's local Metadata (libhdf5 in this process). Helper-side library.
 #include <signal.h>
 #include <unistd.h>
@@ -12,10 +12,10 @@
 #include "core/euxfel/h5meta.h"
 #include "core/h5lib/h5file.h"
 #include "core/h5lib/h5helper.h"
-#include "core/h5lib/h5lib.h"
-#include "core/h5lib/h5local.h"
+#include "helper/h5lib.h"
+#include "helper/h5local.h"
 #include "core/log.h"
-#include "core/write/writer.h"
+#include "helper/serve.h"
 
 namespace h5d {
 namespace helper {

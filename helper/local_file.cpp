@@ -1,5 +1,5 @@
 // Side: helper. The libhdf5 side of one written file (WriteFile, writer.h), in process: in the
-// file's writer process (an h5direct-helper, server.cpp) and in unit tests; never in the daemon,
+// file's writer process (an h5direct-helper, write_server.cpp) and in unit tests; never in the daemon,
 // which reaches it through that process (remote_file.cpp). Every libhdf5 call of the write path
 // is here, under the HDF5 lock.
 #include <sys/stat.h>
@@ -11,10 +11,11 @@
 
 #include "core/error.h"
 #include "core/filters/filters.h"
-#include "core/h5lib/h5lib.h"
-#include "core/h5lib/h5types_api.h"
+#include "helper/h5lib.h"
+#include "helper/h5types_api.h"
 #include "core/log.h"
 #include "core/write/write_internal.h"
+#include "helper/serve.h"
 
 namespace h5d {
 namespace {

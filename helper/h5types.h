@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/vocab/dtype.h"
-#include "core/h5lib/h5lib.h"
+#include "helper/h5lib.h"
 #include "core/array/region.h"
 #include "core/vocab/value.h"
 

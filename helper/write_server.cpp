@@ -1,9 +1,10 @@
-// Side: helper. The writer process's side of the write path (helper::serve, h5helper.cpp): one
+// Side: helper. The writer process's side of the write path (helper::serve, h5serve.cpp): one
 // request of the daemon's RemoteWriteFile (remote_file.cpp) answered with this process's one
 // LocalWriteFile (local_file.cpp).
 #include "core/error.h"
 #include "core/h5lib/h5proto.h"
 #include "core/write/write_internal.h"
+#include "helper/serve.h"
 
 namespace h5d::helper {
 

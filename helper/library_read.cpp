@@ -5,9 +5,9 @@
 
 #include "core/error.h"
 #include "core/filters/filters.h"
-#include "core/h5lib/h5lib.h"
-#include "core/h5lib/h5local.h"
-#include "core/h5lib/h5types.h"
+#include "helper/h5lib.h"
+#include "helper/h5local.h"
+#include "helper/h5types.h"
 
 namespace h5d {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/h5lib/h5lib.h"
+#include "helper/h5lib.h"
 
 namespace h5d::h5 {
 

@@ -1,4 +1,4 @@
-#include "core/h5lib/h5types.h"
+#include "helper/h5types.h"
 
 #include <algorithm>
 #include <cctype>
@@ -7,8 +7,8 @@
 #include <memory>
 #include <vector>
 
-#include "core/h5lib/h5lib.h"
-#include "core/h5lib/h5types_api.h"
+#include "helper/h5lib.h"
+#include "helper/h5types_api.h"
 
 namespace h5d::h5 {
 namespace {

@@ -29,7 +29,7 @@
 #include "core/engine/fd_cache.h"
 #include "core/error.h"
 #include "core/fmt/chunk_index.h"
-#include "core/h5lib/h5lib.h"
+#include "helper/h5lib.h"
 #if __has_include(<H5FDdevelop.h>)
 #include <H5FDdevelop.h>  // 1.13+: H5FD_class_t and H5FD_t live here
 #endif

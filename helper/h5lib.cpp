@@ -1,4 +1,4 @@
-#include "core/h5lib/h5lib.h"
+#include "helper/h5lib.h"
 
 #include <algorithm>
 #include <cstdlib>

@@ -1,5 +1,5 @@
 // The H5T wrappers (h5types_api.h): the only file that calls libhdf5's H5T functions.
-#include "core/h5lib/h5types_api.h"
+#include "helper/h5types_api.h"
 
 #include <cerrno>
 

@@ -1,14 +1,14 @@
 // euxfel::meta's questions answered by libhdf5 in this process (h5meta_local.h).
-#include "core/euxfel/h5meta_local.h"
+#include "helper/h5meta_local.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
 #include "core/h5lib/h5file.h"
-#include "core/h5lib/h5local.h"
-#include "core/h5lib/h5lib.h"
-#include "core/h5lib/h5types_api.h"
+#include "helper/h5local.h"
+#include "helper/h5lib.h"
+#include "helper/h5types_api.h"
 
 namespace h5d::euxfel::meta::local {
 namespace {
