@@ -15,6 +15,7 @@
 #include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/engine/fd_cache.h"
+#include "core/fmt/chunk_index.h"
 #include "core/h5lib/h5file.h"
 #include "core/log.h"
 #include "vfs/npy.h"
@@ -24,7 +25,6 @@
 namespace h5d::vfs {
 namespace {
 
-constexpr char kSignature[8] = {'\x89', 'H', 'D', 'F', '\r', '\n', '\x1a', '\n'};
 
 std::string join(const std::string& dir, const std::string& name) {
   if (dir.empty() || dir.back() == '/') return dir + name;
@@ -274,7 +274,7 @@ class PlainDirProvider final : public DirProvider {
                      std::string("the daemon cannot open it (") + std::strerror(errno) + ")");
             continue;
           }
-          const int sig = hdf5_signature(fd, static_cast<uint64_t>(st.st_size));
+          const int sig = fmt::hdf5_signature(fd, static_cast<uint64_t>(st.st_size));
           ::close(fd);
           if (sig == 1) {
             // By its resolved path: what the requesting user must be able to reach
@@ -510,18 +510,7 @@ bool is_under(const std::string& path, const std::string& root) {
   return path.size() == root.size() || path[root.size()] == '/' || root == "/";
 }
 
-int hdf5_signature(int fd, uint64_t file_size) {
-  char buf[8];
-  for (uint64_t off = 0; off + sizeof buf <= file_size; off = off ? off * 2 : 512) {
-    const ssize_t n = ::pread(fd, buf, sizeof buf, static_cast<off_t>(off));
-    if (n < 0) return -errno;
-    if (n != static_cast<ssize_t>(sizeof buf)) return 0;
-    if (std::memcmp(buf, kSignature, sizeof buf) == 0) return 1;
-  }
-  return 0;
-}
-
-bool is_hdf5_file(int fd, uint64_t file_size) { return hdf5_signature(fd, file_size) == 1; }
+bool is_hdf5_file(int fd, uint64_t file_size) { return fmt::hdf5_signature(fd, file_size) == 1; }
 
 bool is_hdf5_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -420,8 +420,6 @@ bool is_under(const std::string& path, const std::string& root);
 // True when `path` is a regular file with the HDF5 signature at 0, 512, 1024, 2048, ...
 bool is_hdf5_file(const std::string& path);
 bool is_hdf5_file(int fd, uint64_t file_size);
-// 1: the signature is there; 0: it is not; -errno: a read failed.
-int hdf5_signature(int fd, uint64_t file_size);
 
 // The provider for a real directory / an HDF5 file: registered factories first, then the plain
 // directory provider / the root group of the file. The *_node forms wrap it in a DirNode.

@@ -12,12 +12,12 @@
 #include <set>
 #include <thread>
 
+#include "core/fmt/chunk_index.h"
 #include "core/log.h"
 
 namespace h5d::euxfel {
 namespace {
 
-constexpr unsigned char kSignature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
 // File consistency flags of superblocks 2 and 3 (HDF5 file format spec, "Superblock"):
 // bit 0 file open for write access, bit 2 file open for SWMR write access.
 constexpr unsigned char kWriteAccess = 0x01, kSwmrWriteAccess = 0x04;
@@ -32,14 +32,12 @@ bool open_for_writing(const std::string& path) {
   struct stat st;
   bool writing = false;
   if (::fstat(fd, &st) == 0) {
-    const uint64_t size = static_cast<uint64_t>(st.st_size);
-    unsigned char buf[16];
-    for (uint64_t off = 0; off + sizeof buf <= size; off = off ? off * 2 : 512) {
-      if (::pread(fd, buf, sizeof buf, static_cast<off_t>(off)) != static_cast<ssize_t>(sizeof buf)) break;
-      if (std::memcmp(buf, kSignature, sizeof kSignature) != 0) continue;
+    uint64_t at = 0;
+    unsigned char buf[12];  // signature, version, sizes, flags
+    if (fmt::hdf5_signature(fd, static_cast<uint64_t>(st.st_size), &at) == 1 &&
+        ::pread(fd, buf, sizeof buf, static_cast<off_t>(at)) == static_cast<ssize_t>(sizeof buf)) {
       const unsigned version = buf[8];
       writing = (version == 2 || version == 3) && (buf[11] & (kWriteAccess | kSwmrWriteAccess)) != 0;
-      break;
     }
   }
   ::close(fd);

@@ -32,6 +32,10 @@ struct FileGeometry {
 // libhdf5 moves it when the superblock is not at its base address), found where libhdf5 looks
 // for a superblock (offset 0, 512, 1024, ...); 0 when there is none or its fields are implausible. A file shorter than this was cut (copied in part, a writer crashed).
 uint64_t read_stored_end(const ByteSource& src);
+// Whether the file open as `fd` (of `file_size` bytes) has the HDF5 signature where libhdf5
+// looks for it (offset 0, 512, 1024, 2048, ...): 1, and its offset in `at`; 0 when it has not;
+// -errno when a read failed.
+int hdf5_signature(int fd, uint64_t file_size, uint64_t* at = nullptr);
 // "truncated file: SIZE bytes, its superblock says STORED_END": what every error caused by a
 // file cut short says, in the daemon and in the helpers (h5py: "truncated file: eof=SIZE,
 // stored_eof=STORED_END").

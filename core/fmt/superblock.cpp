@@ -1,19 +1,38 @@
 // read_stored_end: the superblock's end of address space (File Format Specification v3, II.A:
 // versions 0 and 1 store base, free-space, end-of-file and driver addresses after 24 or 28
 // bytes; versions 2 and 3 store base, extension, end-of-file and root addresses after 12).
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "core/fmt/chunk_index.h"
 
 namespace h5d::fmt {
+namespace {
+const uint8_t kSignature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+}  // namespace
+
+int hdf5_signature(int fd, uint64_t file_size, uint64_t* at) {
+  uint8_t buf[sizeof kSignature];
+  for (uint64_t off = 0; off + sizeof buf <= file_size; off = off ? off * 2 : 512) {
+    const ssize_t n = ::pread(fd, buf, sizeof buf, static_cast<off_t>(off));
+    if (n < 0) return -errno;
+    if (n != static_cast<ssize_t>(sizeof buf)) return 0;
+    if (std::memcmp(buf, kSignature, sizeof buf) == 0) {
+      if (at) *at = off;
+      return 1;
+    }
+  }
+  return 0;
+}
 
 std::string truncated_message(uint64_t size, uint64_t stored_end) {
   return "truncated file: " + std::to_string(size) + " bytes, its superblock says " + std::to_string(stored_end);
 }
 
 uint64_t read_stored_end(const ByteSource& src) {
-  static const uint8_t sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
   const uint64_t size = src.size();
   constexpr uint64_t kRead = 28 + 4 * 8;  // the longest prefix up to the end-of-file address
   for (uint64_t at = 0; at + kRead <= size; at = at ? at * 2 : 512) {
@@ -23,7 +42,7 @@ uint64_t read_stored_end(const ByteSource& src) {
     } catch (const std::exception&) {
       return 0;
     }
-    if (std::memcmp(b, sig, 8) != 0) continue;
+    if (std::memcmp(b, kSignature, 8) != 0) continue;
     const unsigned version = b[8];
     size_t osz = 0, first = 0;  // size of addresses, offset of the base address
     if (version <= 1) {
