@@ -156,6 +156,7 @@ int run_info(const std::string& program, const std::vector<std::string>& args) {
     std::fprintf(stderr, "%s info: %s: %s\n", program.c_str(), o.path.c_str(), why.c_str());
     return 1;
   }
+  o.m.engine.helper.roots = {o.path};  // what the helpers may open (core/h5lib/broker.h)
   try {
     nlohmann::json summary;
     if (is_file) {

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
+#include <sys/eventfd.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -33,6 +34,8 @@
 #include "core/engine/engine.h"
 #include "core/h5lib/h5helper.h"
 #include "core/h5lib/metadata.h"
+#include "core/h5lib/sandbox_plan.h"
+#include "daemon/privileges.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/write/writer.h"
@@ -358,6 +361,18 @@ std::string check_limits(config::MountOptions& m) {
 std::atomic<fuse_session*> g_session{nullptr};
 std::atomic<int> g_signals{0};
 int g_signal_pipe[2] = {-1, -1};
+// The read helpers' stop descriptor (HelperOptions::stop_fd, an eventfd): a signal that ends the
+// loop writes it, so requests waiting on a helper (a hung libhdf5 call) end at once and the FUSE
+// loop, which joins its workers, ends within a moment rather than hdf5_timeout.
+int g_helpers_stop = -1;
+
+void stop_helpers() {
+  if (g_helpers_stop < 0) return;
+  const uint64_t one = 1;
+  if (::write(g_helpers_stop, &one, sizeof one) != sizeof one) {
+    // Already stopping (the counter is full) or closed: nothing more to do.
+  }
+}
 
 // The byte a second signal sends the watcher: end the process if the loop has not ended within
 // kStopGrace (its threads may wait on a source that never answers: data on tape, a hung server;
@@ -372,6 +387,7 @@ void on_signal(int sig) {
     if (::write(g_signal_pipe[1], &c, 1) == 1) return;  // the watcher detaches the mount
   }
   if (fuse_session* se = g_session.load()) fuse_session_exit(se);
+  stop_helpers();
   if (n >= 1) {
     const char c = kArmStop;
     if (::write(g_signal_pipe[1], &c, 1) != 1) {
@@ -447,6 +463,7 @@ void signal_watcher(const std::string& mnt) {
     } else {
       log::error("cannot detach " + mnt + " (umount2 and fusermount3 -u -z failed): stopping now");
       if (fuse_session* se = g_session.load()) fuse_session_exit(se);
+      stop_helpers();
       ::kill(::getpid(), SIGTERM);  // wakes the loop's wait (counted as the second signal)
     }
   }
@@ -487,6 +504,15 @@ int run_mount(int argc, char** argv) {
   if (std::string err = check_paths(m); !err.empty()) return die("error: " + err);
   if (std::string err = check_limits(m); !err.empty()) return die("error: " + err);
   log::set_debug(m.debug);
+  // The helpers' sandbox as this kernel allows it: refused here, in the caller's terminal, when
+  // strict and a layer is missing (each helper enters the same plan: helper/sandbox.h).
+  const SandboxPlan sandbox = plan_sandbox(probe_kernel(), m.engine.helper.sandbox);
+  if (m.engine.helper.sandbox == SandboxMode::Strict && !sandbox.complete()) {
+    std::string missing;
+    for (const std::string& s : sandbox.missing) missing += (missing.empty() ? "" : "; ") + s;
+    return die("error: -o sandbox=strict, but this kernel or container lacks: " + missing +
+               " (without sandbox=strict the helpers run with every layer it has)");
+  }
 
   std::string mount_opts = std::string(m.vfs.writable ? "rw" : "ro") + ",default_permissions,fsname=" +
                            escape_opt(m.fuse.fsname.empty() ? m.source : m.fuse.fsname) +
@@ -550,6 +576,9 @@ int run_mount(int argc, char** argv) {
     sigaddset(&block, SIGTERM);
     sigaddset(&block, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &block, &old);
+    // Everything that needed more than serving does is done (the mount, daemonizing): capabilities
+    // are per thread, so they are given up before the first thread starts.
+    const std::string privileges = drop_privileges(m.vfs.writable);
     std::thread watcher(signal_watcher, m.mountpoint);
     std::unique_ptr<Engine> engine;
     std::unique_ptr<Writer> writer;  // rw mounts; destroyed after the Vfs, before the engine
@@ -559,8 +588,17 @@ int run_mount(int argc, char** argv) {
       m.engine.helper.path = find_helper();
       if (m.engine.helper.path.empty())
         throw std::runtime_error("h5direct-helper not found beside this program (nor in ../libexec/h5direct)");
+      m.engine.helper.roots = {m.source};  // what the helpers may open (core/h5lib/broker.h)
+      g_helpers_stop = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+      m.engine.helper.stop_fd = g_helpers_stop;
       engine = std::make_unique<Engine>(m.engine);
       engine->metadata().start();
+      if (m.engine.helper.sandbox == SandboxMode::Off) {
+        log::warn("sandbox: off (-o sandbox=off, for debugging only): the helpers that run libhdf5 have the daemon's "
+                  "rights, and a file crafted against libhdf5 runs its code with them");
+      } else {
+        log::info("sandbox: " + describe(sandbox));
+      }
       fs = std::make_unique<vfs::Vfs>(*engine, m.vfs, m.source);
       vfs::install_builtin_providers(*fs, m.vfs);
       fs->set_listener(&ctx.invalidator);
@@ -569,6 +607,7 @@ int run_mount(int argc, char** argv) {
         writer = std::make_unique<Writer>(*engine, m.writer);
         fs->set_writer(writer.get());
       }
+      log::info("daemon privileges: " + privileges);
     } catch (const std::exception& e) {
       log::error(std::string("cannot start: ") + e.what());
       status = 1;

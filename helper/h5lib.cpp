@@ -1,7 +1,12 @@
 #include "helper/h5lib.h"
 
+#include <dirent.h>
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -54,6 +59,54 @@ void init_library() {
     if (H5open() < 0) log::warn("H5open failed: " + error_stack());
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // fails only for a bad stack id: H5E_DEFAULT is none
   });
+}
+
+int load_filter_plugins() {
+  Lock lk = lock();
+  unsigned n = 0;
+  if (H5PLsize(&n) < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return 0;
+  }
+  int registered = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    char dir[4096] = {};
+    if (H5PLget(i, dir, sizeof dir) <= 0) {
+      H5Eclear2(H5E_DEFAULT);
+      continue;
+    }
+    DIR* d = ::opendir(dir);
+    if (!d) continue;
+    std::vector<std::string> names;
+    while (const struct dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.size() > 3 && name.compare(name.size() - 3, 3, ".so") == 0) names.push_back(name);
+    }
+    ::closedir(d);
+    std::sort(names.begin(), names.end());  // libhdf5 searches in directory order; any will do
+    for (const std::string& name : names) {
+      const std::string path = std::string(dir) + "/" + name;
+      void* lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (!lib) {
+        const char* why = ::dlerror();
+        log::warn("HDF5 filter plugin " + path + " not loaded: " + (why ? why : "?"));
+        continue;
+      }
+      using TypeFn = H5PL_type_t (*)();
+      using InfoFn = const void* (*)();
+      auto type = reinterpret_cast<TypeFn>(::dlsym(lib, "H5PLget_plugin_type"));
+      auto info = reinterpret_cast<InfoFn>(::dlsym(lib, "H5PLget_plugin_info"));
+      const auto* cls = (type && info && type() == H5PL_TYPE_FILTER) ? static_cast<const H5Z_class2_t*>(info()) : nullptr;
+      if (!cls || H5Zregister(cls) < 0) {
+        H5Eclear2(H5E_DEFAULT);
+        ::dlclose(lib);
+        continue;
+      }
+      ++registered;  // the library stays loaded: libhdf5 calls into it
+    }
+  }
+  if (H5PLset_loading_state(0) < 0) H5Eclear2(H5E_DEFAULT);
+  return registered;
 }
 
 std::string error_stack() {

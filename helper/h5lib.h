@@ -21,6 +21,12 @@ inline Lock lock() { return Lock(mutex()); }
 
 // Silences libhdf5's own printing of error stacks (once, at first use).
 void init_library();
+// Registers every filter plugin of libhdf5's plugin path (HDF5_PLUGIN_PATH, else the library's
+// default) now, and turns libhdf5's own loading of plugins off: a sandboxed helper loads no code
+// once it serves (helper/sandbox.h forbids executable mappings), so the plugins a library read
+// may need are loaded before the sandbox. A plugin that does not load is logged and left out, as
+// libhdf5 would leave it out. Returns how many filters were registered.
+int load_filter_plugins();
 // Hands the blocks on libhdf5's free lists back to malloc (H5garbage_collect): in a helper,
 // between two requests, so that no block one file's request left behind is reused unwiped for
 // another's (M_PERTURB wipes what malloc hands out). Once per request instead of no free lists

@@ -15,44 +15,16 @@
 #include "helper/h5lib.h"
 #include "helper/h5local.h"
 #include "core/log.h"
+#include "helper/channel.h"
+#include "helper/sandbox.h"
 #include "helper/serve.h"
+#include "helper/test_hook.h"
 
 namespace h5d {
 namespace helper {
 namespace {
 
 using proto::Op;
-
-// Test hook, inert unless H5DIRECT_HELPER_FAULT_FILE names a file: while that file holds
-// "MODE:NAME", every request about a file whose path contains NAME hangs (MODE hang), aborts
-// (abort), crashes (segv) or is answered with garbage (garbage). Read at each request, so a test
-// can turn a fault on and off. The isolation tests use it; nothing else sets it. Reading an
-// attribute (H5File::attribute) is also checked as "FILE@ATTRIBUTE": "segv:@crash_me" crashes
-// the helper at every attribute named crash_me (garbage: that attribute's read fails).
-bool apply_fault(const char* control, const std::string& file) {
-  if (!control) return false;
-  std::string s;
-  if (FILE* fp = std::fopen(control, "r")) {
-    char buf[512];
-    const size_t n = std::fread(buf, 1, sizeof buf, fp);
-    std::fclose(fp);
-    s.assign(buf, n);
-  }
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  const auto c = s.find(':');
-  if (c == std::string::npos || c + 1 == s.size()) return false;
-  const std::string mode = s.substr(0, c), name = s.substr(c + 1);
-  if (file.find(name) == std::string::npos) return false;
-  if (mode == "hang") {
-    for (;;) ::pause();
-  }
-  if (mode == "abort") std::abort();
-  if (mode == "segv") {  // the kernel's own SIGSEGV death: no sanitizer report for a planned crash
-    ::signal(SIGSEGV, SIG_DFL);
-    ::raise(SIGSEGV);
-  }
-  return mode == "garbage";
-}
 
 template <class T>
 T arg(proto::In& in) {
@@ -178,14 +150,14 @@ std::pair<uint32_t, std::string> error_of(const std::exception& e) {
 // DatasetInfos: each (file, dataset) answered as its own DatasetInfo request would be, the
 // truncated-file refusal and the fault hook included; `reply` gets junk (a malformed reply)
 // when the fault hook says so for one of the files.
-std::string dispatch_infos(Engine& engine, proto::In& in, const char* fault_control) {
+std::string dispatch_infos(Engine& engine, proto::In& in, const TestHook& hook) {
   arg<std::string>(in);  // the first dataset: for messages only
   const auto items = arg<std::vector<std::pair<std::string, std::string>>>(in);
   in.end();
   proto::Out o;
   o.u64(items.size());
   for (const auto& [file, dset] : items) {
-    if (apply_fault(fault_control, file)) return "not a reply at all";
+    if (hook.apply(file)) return "not a reply at all";
     proto::InfoAnswer a;
     try {
       auto f = engine.open_file(file);
@@ -210,34 +182,26 @@ std::string dispatch_infos(Engine& engine, proto::In& in, const char* fault_cont
 
 }  // namespace
 
-int serve(int fd) {
+int serve(Channel& ch, const TestHook& hook, unsigned request_cpu_s) {
   h5::allow_truncated_files(true);  // every answer is checked by refuse_reads_past_end
   EngineOptions eo;
   eo.threads = 1;
   eo.cache_bytes = 16ull << 20;
   eo.max_open_files = 128;  // as the daemon's default: each helper sees a share of the files
   Engine engine(eo);  // no helper options: libhdf5 in this process
-  const char* fault_control = std::getenv("H5DIRECT_HELPER_FAULT_FILE");
-  if (fault_control) {  // "MODE:@NAME": reading an attribute NAME (of any file) faults
-    LocalMetadata::set_attribute_hook([fault_control](const std::string& key) {
-      if (apply_fault(fault_control, key)) fail(EIO, "garbage asked for while reading " + key);
+  if (hook.active()) {  // "MODE:@NAME": reading an attribute NAME (of any file) faults
+    LocalMetadata::set_attribute_hook([&hook](const std::string& key) {
+      if (hook.apply(key)) fail(EIO, "garbage asked for while reading " + key);
     });
   }
   std::unique_ptr<WriteFile> written;  // a writer process's one file (Op::WriteCreateFile)
   for (;;) {
-    uint8_t hb[proto::kHeaderSize];
-    if (!detail::read_blocking(fd, hb, sizeof hb)) return 0;  // the daemon closed its end
     proto::Header h;
-    try {
-      h = proto::decode_header(hb, proto::kMaxWriteRequest);  // others are held to kMaxRequest below
-    } catch (const std::exception&) {
-      return 2;  // not our daemon, or out of step: the daemon restarts us
-    }
-    std::string body(h.length, '\0');
-    if (!detail::read_blocking(fd, body.data(), body.size())) return 0;
-    proto::Header rh;
-    rh.seq = h.seq;
+    std::string body;
+    if (!ch.read_request(h, body)) return 0;  // the daemon closed its end (or is not ours)
+    if (request_cpu_s) limit_request_cpu(request_cpu_s);
     std::string reply;
+    uint16_t kind = proto::kReplyOk;
     const Op op = static_cast<Op>(h.kind);
     // A chunk read back (ReadChunk) is as large as it was written, which the daemon allowed
     // (kMaxWriteRequest) and asks for exactly.
@@ -249,9 +213,9 @@ int serve(int fd) {
       if (op != Op::WriteChunk && h.length > proto::kMaxRequest) fail(EINVAL, "request too large");
       proto::In in(body);
       const std::string file = in.str();
-      if (apply_fault(fault_control, file)) {
+      if (hook.apply(file)) {
         const char junk[] = "not a reply at all";
-        detail::write_blocking(fd, junk, sizeof junk);
+        detail::write_blocking(ch.fd(), junk, sizeof junk);
         continue;
       }
       std::string object;  // every request's first argument is the object's path
@@ -262,7 +226,7 @@ int serve(int fd) {
       }
       try {
         reply = proto::is_write_op(op)        ? serve_write(written, op, in, file)
-                : op == Op::DatasetInfos ? dispatch_infos(engine, in, fault_control)
+                : op == Op::DatasetInfos ? dispatch_infos(engine, in, hook)
                                          : dispatch(engine, op, in, file);
       } catch (const std::exception& e) {
         refuse_reads_past_end(engine, file, object, op, &e);
@@ -270,19 +234,16 @@ int serve(int fd) {
       }
       refuse_reads_past_end(engine, file, object, op, nullptr);
       if (reply.size() > limit) fail(EIO, file + ": " + proto::op_name(op) + ": reply of " + std::to_string(reply.size()) + " bytes is above the limit");
-      rh.kind = proto::kReplyOk;
     } catch (const std::exception& e) {
       const auto [code, msg] = error_of(e);
       proto::Out o;
       o.u32(code);
       o.str(msg);
       reply = o.take();
-      rh.kind = proto::kReplyError;
+      kind = proto::kReplyError;
     }
     h5::release_free_lists();  // nothing of this request's file is reused for the next one's
-    rh.length = static_cast<uint32_t>(reply.size());
-    proto::encode_header(rh, hb);
-    if (!detail::write_blocking(fd, hb, sizeof hb) || !detail::write_blocking(fd, reply.data(), reply.size())) return 0;
+    if (!ch.send(kind, h.seq, reply)) return 0;
   }
 }
 

@@ -13,11 +13,16 @@
 namespace h5d {
 namespace helper {
 
-// Answers requests on `fd` with the local implementation (an Engine without helpers:
-// LocalMetadata) until the daemon closes it. Returns the exit status.
+class Channel;
+class TestHook;
+
+// Answers requests on the channel with the local implementation (an Engine without helpers:
+// LocalMetadata) until the daemon closes it. Returns the exit status. `hook`: the test hook
+// (inert unless a test set it up); `request_cpu_s`: the CPU time one request may take (0: no
+// limit; limit_request_cpu).
 // A writer process (core/write/remote_file.cpp) is the same program: its first request is
 // proto::Op::WriteCreateFile, and it then holds that one file open for writing.
-int serve(int fd);
+int serve(Channel& ch, const TestHook& hook, unsigned request_cpu_s);
 
 // The writer process's side: answers one proto::is_write_op request about `path`. `file` is
 // this process's one written file, made by Op::WriteCreateFile (write_server.cpp).

@@ -6,7 +6,7 @@ set -euo pipefail
 PKGS=(build-essential cmake pkg-config clang libclang-rt-14-dev
       libfuse3-dev fuse3 libhdf5-dev hdf5-tools
       libdeflate-dev libblosc-dev liblz4-dev libzstd-dev zlib1g-dev liblzf-dev
-      nlohmann-json3-dev catch2
+      nlohmann-json3-dev catch2 libseccomp-dev libcap-dev
       python3-numpy python3-h5py python3-hdf5plugin python3-pytest python3-matplotlib python3-distributed python3-dask python3-lz4
       python3-xarray
       hdf5-filter-plugin hdf5-filter-plugin-blosc-serial hdf5-plugin-lzf

@@ -15,6 +15,7 @@
 #include "core/engine/chunk_cache.h"
 #include "core/engine/engine.h"
 #include "core/h5lib/metadata.h"
+#include "core/h5lib/sandbox_plan.h"
 #include "core/log.h"
 #include "vfs/sidecar.h"
 #include "vfs/vfs.h"
@@ -150,6 +151,17 @@ std::vector<Vfs::Counter> Vfs::counters() {
         double(hc.files_asked));
     add({"hdf5_helper", "failures"}, "hdf5_helper_failures_total",
         "HDF5 helpers that crashed, hung or talked garbage (each restarted)", true, double(hc.failures));
+    add({"hdf5_helper", "broker_opens"}, "hdf5_helper_broker_opens_total",
+        "Files the daemon opened for the HDF5 helpers (they open none themselves)", true, double(hc.broker_opens));
+    add({"hdf5_helper", "broker_refused"}, "hdf5_helper_broker_refused_total",
+        "Files the HDF5 helpers asked for and the daemon refused (outside what the mount reads)", true,
+        double(hc.broker_refused));
+    for (const auto& [layer, held] : layers_held(hc.sandbox)) {
+      add({"hdf5_helper", "sandbox", layer}, "hdf5_helper_sandbox_layer", "Layers of the HDF5 helpers' sandbox that hold",
+          false, held ? 1.0 : 0.0);
+      out.back().label_name = "layer";
+      out.back().label_value = layer;
+    }
   }
   std::map<int, uint64_t> replies;
   {
@@ -202,6 +214,7 @@ std::string Vfs::render_stats() {
     if (c.integral) *at = static_cast<uint64_t>(c.value);
     else *at = c.value;
   }
+  if (engine_.metadata().isolated()) j["hdf5_helper"]["sandbox_report"] = engine_.metadata().counters().sandbox;
   json recent = json::array();
   for (const log::ErrorEntry& e : log::recent_errors()) {
     json r = {{"time", iso_time(e.time)}, {"errno", errno_name(e.code)}, {"level", log::level_name(e.level)}};

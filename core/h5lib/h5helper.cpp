@@ -46,21 +46,33 @@ int remaining_ms(Clock::time_point deadline) {
   return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 1 << 30));
 }
 
-// Waits for `events` on fd until the deadline; false on timeout.
-bool wait_fd(int fd, short events, Clock::time_point deadline) {
+// Whether the stop descriptor (HelperOptions::stop_fd) is readable: the daemon is stopping.
+bool stopping(int stop_fd) {
+  if (stop_fd < 0) return false;
+  struct pollfd p {stop_fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+const Broken kStopped{"stopped: the mount is stopping", true};
+
+// Waits for `events` on fd until the deadline; false on timeout. Throws Broken (stopped) when
+// the stop descriptor becomes readable first.
+bool wait_fd(int fd, short events, Clock::time_point deadline, int stop_fd) {
   for (;;) {
-    struct pollfd p {fd, events, 0};
-    const int rc = ::poll(&p, 1, remaining_ms(deadline));
+    struct pollfd p[2] = {{fd, events, 0}, {stop_fd, POLLIN, 0}};
+    const int rc = ::poll(p, stop_fd >= 0 ? 2 : 1, remaining_ms(deadline));
+    if (rc > 0 && stop_fd >= 0 && (p[1].revents & POLLIN)) throw kStopped;
     if (rc > 0) return true;
     if (rc == 0) return false;
     if (errno != EINTR) return false;
   }
 }
 
-void write_all(int fd, const void* data, size_t n, Clock::time_point deadline, const std::string& timeout_why) {
+void write_all(int fd, const void* data, size_t n, Clock::time_point deadline, const std::string& timeout_why,
+               int stop_fd) {
   const char* p = static_cast<const char*>(data);
   while (n) {
-    if (!wait_fd(fd, POLLOUT, deadline)) throw Broken{timeout_why};
+    if (!wait_fd(fd, POLLOUT, deadline, stop_fd)) throw Broken{timeout_why};
     const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
@@ -72,10 +84,11 @@ void write_all(int fd, const void* data, size_t n, Clock::time_point deadline, c
   }
 }
 
-void read_all(int fd, void* data, size_t n, Clock::time_point deadline, const std::string& timeout_why) {
+void read_all(int fd, void* data, size_t n, Clock::time_point deadline, const std::string& timeout_why,
+              int stop_fd) {
   char* p = static_cast<char*>(data);
   while (n) {
-    if (!wait_fd(fd, POLLIN, deadline)) throw Broken{timeout_why};
+    if (!wait_fd(fd, POLLIN, deadline, stop_fd)) throw Broken{timeout_why};
     const ssize_t r = ::recv(fd, p, n, MSG_DONTWAIT);
     if (r == 0) throw Broken{"crashed"};
     if (r < 0) {
@@ -168,8 +181,12 @@ std::string find_helper() {
   return "";
 }
 
-void HelperProcess::start(const std::string& path) {
+void HelperProcess::start(const HelperOptions& opts, Broker* broker, bool writer) {
   if (pid_ > 0) return;
+  const std::string& path = opts.path;
+  stop_fd_ = opts.stop_fd;
+  broker_ = broker;
+  report_.clear();
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
     fail(EIO, std::string("cannot start the HDF5 helper: socketpair: ") + std::strerror(errno));
@@ -195,9 +212,18 @@ void HelperProcess::start(const std::string& path) {
   posix_spawnattr_setpgroup(&attr, 0);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
   const std::string parent = std::to_string(::getpid());
-  std::vector<char*> argv = {const_cast<char*>(path.c_str()), const_cast<char*>("--fd"),
-                             const_cast<char*>("3"), const_cast<char*>("--parent"),
-                             const_cast<char*>(parent.c_str()), nullptr};
+  const std::string timeout = std::to_string(opts.timeout_ms);
+  std::vector<char*> argv = {const_cast<char*>(path.c_str()),
+                             const_cast<char*>("--fd"),
+                             const_cast<char*>("3"),
+                             const_cast<char*>("--parent"),
+                             const_cast<char*>(parent.c_str()),
+                             const_cast<char*>("--sandbox"),
+                             const_cast<char*>(sandbox_mode_name(opts.sandbox)),
+                             const_cast<char*>("--timeout-ms"),
+                             const_cast<char*>(timeout.c_str()),
+                             writer ? const_cast<char*>("--writer") : nullptr,
+                             nullptr};
   pid_t pid = -1;
   int rc = 0;
   Spawner::get().run([&] { rc = ::posix_spawn(&pid, path.c_str(), &fa, &attr, argv.data(), environ); });
@@ -243,8 +269,9 @@ void HelperProcess::kill(std::string* how) {
 }
 
 uint16_t HelperProcess::exchange(proto::Op op, const std::string& body, uint32_t max_reply, unsigned timeout_ms,
-                                 std::string& reply) {
+                                 std::string& reply, const std::vector<std::string>& files) {
   if (fd_ < 0) throw Broken{"is not running"};
+  if (stopping(stop_fd_)) throw kStopped;
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   const std::string timeout_why = "timed out after " + std::to_string(timeout_ms) + " ms";
   proto::Header h;
@@ -253,20 +280,116 @@ uint16_t HelperProcess::exchange(proto::Op op, const std::string& body, uint32_t
   h.length = static_cast<uint32_t>(body.size());
   uint8_t hb[proto::kHeaderSize];
   proto::encode_header(h, hb);
-  write_all(fd_, hb, sizeof hb, deadline, timeout_why);
-  write_all(fd_, body.data(), body.size(), deadline, timeout_why);
-  read_all(fd_, hb, sizeof hb, deadline, timeout_why);
-  proto::Header rh;
-  try {
-    rh = proto::decode_header(hb, max_reply);
-  } catch (const Error& e) {
-    throw Broken{std::string("sent a bad reply: ") + e.what()};
+  write_all(fd_, hb, sizeof hb, deadline, timeout_why, stop_fd_);
+  write_all(fd_, body.data(), body.size(), deadline, timeout_why, stop_fd_);
+  // The helper's own messages (asks for files, its sandbox report, a refused call) come first.
+  for (;;) {
+    read_all(fd_, hb, sizeof hb, deadline, timeout_why, stop_fd_);
+    proto::Header rh;
+    try {
+      rh = proto::decode_header(hb, std::max(max_reply, proto::kMaxBrokerMessage));
+    } catch (const Error& e) {
+      throw Broken{std::string("sent a bad reply: ") + e.what()};
+    }
+    if (rh.kind == proto::kBrokerOpen || rh.kind == proto::kBrokerStat || rh.kind == proto::kSandboxReport ||
+        rh.kind == proto::kRefusedCall) {
+      if (rh.length > proto::kMaxBrokerMessage) throw Broken{"sent a bad message: too long"};
+      std::string msg(rh.length, '\0');
+      read_all(fd_, msg.data(), msg.size(), deadline, timeout_why, stop_fd_);
+      if (rh.kind == proto::kBrokerOpen || rh.kind == proto::kBrokerStat) {
+        answer_broker(rh.kind, msg, files, deadline);
+        continue;
+      }
+      try {
+        proto::In in(msg);
+        if (rh.kind == proto::kSandboxReport) {
+          report_ = in.str();
+          in.end();
+          continue;
+        }
+        const uint32_t nr = in.u32();
+        throw Broken{"made a system call its sandbox refuses (" + syscall_name(nr) + ")"};
+      } catch (const Error& e) {
+        throw Broken{std::string("sent a bad message: ") + e.what()};
+      }
+    }
+    if (rh.length > max_reply) throw Broken{"sent a bad reply: longer than " + std::to_string(max_reply) + " bytes"};
+    if (rh.seq != h.seq || (rh.kind != proto::kReplyOk && rh.kind != proto::kReplyError))
+      throw Broken{"sent a bad reply: wrong sequence number or kind"};
+    reply.resize(rh.length);
+    read_all(fd_, reply.data(), reply.size(), deadline, timeout_why, stop_fd_);
+    return rh.kind;
   }
-  if (rh.seq != h.seq || (rh.kind != proto::kReplyOk && rh.kind != proto::kReplyError))
-    throw Broken{"sent a bad reply: wrong sequence number or kind"};
-  reply.resize(rh.length);
-  read_all(fd_, reply.data(), reply.size(), deadline, timeout_why);
-  return rh.kind;
+}
+
+void HelperProcess::answer_broker(uint16_t kind, const std::string& msg, const std::vector<std::string>& files,
+                                  Clock::time_point deadline) {
+  const bool open = kind == proto::kBrokerOpen;
+  std::string path;
+  uint32_t flags = 0, mode = 0;
+  try {
+    proto::In in(msg);
+    path = in.str();
+    flags = in.u32();
+    if (open) mode = in.u32();
+    in.end();
+  } catch (const Error& e) {
+    throw Broken{std::string("sent a bad message: ") + e.what()};
+  }
+  BrokerAnswer a;
+  if (!broker_) {
+    a.error = EACCES;
+    a.refusal = "this process has no broker";
+  } else if (open) {
+    a = broker_->open(path, static_cast<int>(flags), mode, files);
+  } else {
+    a = broker_->stat(path, !(flags & proto::kStatNoFollow), files);
+  }
+  if (!a.refusal.empty() && (!broker_ || broker_->should_log(path))) {
+    log::warn((files.empty() ? std::string("a helper") : files.front() + ": its helper") + " (pid " +
+              std::to_string(pid_) + ") asked to " + (open ? "open " : "look up ") + path + ": refused, " +
+              a.refusal);
+  }
+  const bool ok = open ? a.fd >= 0 : a.error == 0;
+  proto::Out o;
+  o.u32(ok ? 0u : static_cast<uint32_t>(a.error ? a.error : EACCES));
+  // The file's status goes with its descriptor too: a helper running as another uid may be
+  // refused fstat() on a file of a FUSE source mounted without allow_other (libhdf5 needs its size).
+  if (ok) o.bytes(&a.st, sizeof a.st);
+  proto::Header h;
+  h.kind = proto::kBrokerAnswer;
+  h.length = static_cast<uint32_t>(o.data().size());
+  uint8_t hb[proto::kHeaderSize];
+  proto::encode_header(h, hb);
+  std::string out(reinterpret_cast<const char*>(hb), sizeof hb);
+  out += o.data();
+  // One sendmsg: the descriptor travels with the message's first byte.
+  struct iovec iov {out.data(), out.size()};
+  struct msghdr m {};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  alignas(struct cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
+  if (a.fd >= 0) {
+    m.msg_control = ctl;
+    m.msg_controllen = sizeof ctl;
+    struct cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &a.fd, sizeof(int));
+  }
+  ssize_t sent;
+  do {
+    if (!wait_fd(fd_, POLLOUT, deadline, stop_fd_)) {
+      if (a.fd >= 0) ::close(a.fd);
+      throw Broken{"timed out"};
+    }
+    sent = ::sendmsg(fd_, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+  } while (sent < 0 && (errno == EINTR || errno == EAGAIN));
+  if (a.fd >= 0) ::close(a.fd);
+  if (sent < 0) throw Broken{"crashed"};
+  if (static_cast<size_t>(sent) < out.size())
+    write_all(fd_, out.data() + sent, out.size() - static_cast<size_t>(sent), deadline, "timed out", stop_fd_);
 }
 
 void throw_reply_error(const std::string& reply, const std::string& what, const Place& place) {
@@ -284,7 +407,16 @@ void throw_reply_error(const std::string& reply, const std::string& what, const 
   throw Error(code, msg, false, place);
 }
 
-HelperPool::HelperPool(HelperOptions opts) : opts_(std::move(opts)), slots_(std::max(1u, opts_.count)) {}
+HelperPool::HelperPool(HelperOptions opts)
+    : opts_(std::move(opts)), broker_(opts_.roots), slots_(std::max(1u, opts_.count)) {}
+
+std::string HelperPool::sandbox() const {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!report_.empty()) return report_;
+  }
+  return describe(plan_sandbox(probe_kernel(), opts_.sandbox));
+}
 
 HelperPool::~HelperPool() = default;  // each slot's HelperProcess kills its helper
 
@@ -377,7 +509,7 @@ void HelperPool::start_idle() {
     }
     try {
       slots_[i].proc.reap_if_dead();
-      slots_[i].proc.start(opts_.path);
+      slots_[i].proc.start(opts_, &broker_);
     } catch (const std::exception& e) {
       log::warn(std::string("HDF5 helper not started ahead: ") + e.what());
     }
@@ -388,13 +520,13 @@ void HelperPool::start_idle() {
 std::string HelperPool::call(proto::Op op, const std::string& file, const std::string& object,
                              const std::string& body, uint32_t max_reply) {
   check_bad(file);
-  return request(op, file, object, body, max_reply, true);
+  return request(op, {file}, object, body, max_reply, true);
 }
 
 std::string HelperPool::call_tentative(proto::Op op, const std::string& file, const std::string& object,
                                        const std::string& body, uint32_t max_reply) {
   check_bad(file);
-  return request(op, file, object, body, max_reply, false);
+  return request(op, {file}, object, body, max_reply, false);
 }
 
 std::string HelperPool::call_batch(proto::Op op, const std::vector<std::string>& files, const std::string& body,
@@ -404,7 +536,21 @@ std::string HelperPool::call_batch(proto::Op op, const std::vector<std::string>&
     std::lock_guard<std::mutex> lk(mu_);
     for (size_t i = 1; i < files.size(); ++i) count_file_locked(files[i]);  // the first: by acquire
   }
-  return request(op, files.front(), "(a batch)", body, max_reply, false);
+  return request(op, files, "(a batch)", body, max_reply, false);
+}
+
+void HelperPool::note_report(const std::string& report) {
+  if (report.empty()) return;
+  std::string planned;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (report == report_) return;
+    const bool first = report_.empty();
+    report_ = report;
+    if (!first) return;
+    planned = describe(plan_sandbox(probe_kernel(), opts_.sandbox));
+  }
+  if (report != planned) log::warn("sandbox: the helpers hold " + report + " (this kernel allows: " + planned + ")");
 }
 
 void HelperPool::count_file_locked(const std::string& file) {
@@ -416,9 +562,11 @@ uint64_t HelperPool::files_asked() const {
   return files_asked_.size();
 }
 
-std::string HelperPool::request(proto::Op op, const std::string& file, const std::string& object,
+std::string HelperPool::request(proto::Op op, const std::vector<std::string>& files, const std::string& object,
                                 const std::string& body, uint32_t max_reply, bool blame) {
+  const std::string& file = files.front();
   if (body.size() > proto::kMaxRequest) fail(EINVAL, file + ":" + object + ": request too large");
+  if (stopping(opts_.stop_fd)) throw Error(EIO, file + ":" + object + ": the mount is stopping", true);
   const size_t i = acquire(file);
   HelperProcess& p = slots_[i].proc;  // ours until release(i)
   std::string reply;
@@ -427,12 +575,17 @@ std::string HelperPool::request(proto::Op op, const std::string& file, const std
     // A helper that died while idle (killed from outside, say) is restarted, not blamed on
     // this request's file.
     p.reap_if_dead();
-    p.start(opts_.path);
-    kind = p.exchange(op, body, max_reply, opts_.timeout_ms, reply);
+    p.start(opts_, &broker_);
+    kind = p.exchange(op, body, max_reply, opts_.timeout_ms, reply, files);
+    note_report(p.sandbox_report());
   } catch (const HelperProcess::Broken& b) {
     std::string how = b.why;
     p.kill(&how);
     release(i);
+    if (b.stopped) {
+      log::debug(file + ":" + object + ": " + proto::op_name(op) + " ended: the mount is stopping");
+      throw Error(EIO, file + ":" + object + ": the mount is stopping", true);
+    }
     if (!blame) {
       log::debug(file + ":" + object + ": HDF5 helper " + how + " in " + proto::op_name(op) +
                  "; helper restarted, the parts are asked one by one");

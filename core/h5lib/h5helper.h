@@ -29,7 +29,9 @@
 #include <vector>
 
 #include "core/engine/fd_cache.h"
+#include "core/h5lib/broker.h"
 #include "core/h5lib/h5proto.h"
+#include "core/h5lib/sandbox_plan.h"
 
 namespace h5d {
 
@@ -40,6 +42,14 @@ struct HelperOptions {
   unsigned count = 2;               // helper processes
   unsigned timeout_ms = 30000;      // one request; a helper that takes longer is killed
   unsigned backoff_ms = 30000;      // a bad file is retried after this (doubling, at most 16x)
+  SandboxMode sandbox = SandboxMode::All;  // -o sandbox= (sandbox_plan.h)
+  // Where the files a read helper may open lie (the mount's source; broker.h): none in tools and
+  // tests without a mount, whose helpers may open the files they are asked about.
+  std::vector<std::string> roots;
+  // Readable once the daemon stops (-1: never): a request waiting on a read helper ends at once
+  // with EIO, and no read helper is started again (the mount then ends within the FUSE loop's
+  // time, not a timeout's). The daemon's signal handler writes to it.
+  int stop_fd = -1;
 };
 
 // The helper beside the running program: $H5DIRECT_HELPER when set (tests), else
@@ -58,25 +68,39 @@ class HelperProcess {
   HelperProcess& operator=(const HelperProcess&) = delete;
 
   pid_t pid() const { return pid_; }
-  // Starts `path` (posix_spawn, never fork) when not running; Error(EIO) when it cannot.
-  void start(const std::string& path);
+  // Starts the helper executable (posix_spawn, never fork) when not running, sandboxed as `opts`
+  // says (its sandbox, the stop descriptor); Error(EIO) when it cannot. `broker` answers the
+  // files it asks for (broker.h; nullptr: every ask is refused); it must outlive the process.
+  // `writer`: a written file's writer process (its sandbox lets it write that file).
+  void start(const HelperOptions& opts, Broker* broker, bool writer = false);
   // A process that died while idle (killed from outside) is reaped; true when it had died.
   bool reap_if_dead();
   // SIGKILL and reap; `how` (if given) gets " (signal N, ...)" / " (exit status N)" appended.
   void kill(std::string* how);
-  // One request and its reply (at most max_reply bytes) within timeout_ms. A crash, hang or
-  // malformed reply throws Broken (the caller kills the process); a kReplyError reply comes
-  // back as is (kind kReplyError, see throw_reply_error).
+  // One request and its reply (at most max_reply bytes) within timeout_ms. Meanwhile the
+  // helper's asks for files are answered (the broker, for a request about `files`) and its
+  // sandbox report kept. A crash, hang, malformed reply, refused system call or the stop
+  // descriptor throws Broken (the caller kills the process); a kReplyError reply comes back as
+  // is (kind kReplyError, see throw_reply_error).
   struct Broken {
     std::string why;
+    bool stopped = false;  // the daemon is stopping: nobody's fault
   };
   uint16_t exchange(proto::Op op, const std::string& body, uint32_t max_reply, unsigned timeout_ms,
-                    std::string& reply);
+                    std::string& reply, const std::vector<std::string>& files);
+  // What the helper said its sandbox holds (describe(); "" until it said).
+  const std::string& sandbox_report() const { return report_; }
 
  private:
+  void answer_broker(uint16_t kind, const std::string& body, const std::vector<std::string>& files,
+                     std::chrono::steady_clock::time_point deadline);
+
   pid_t pid_ = -1;
   int fd_ = -1;
+  int stop_fd_ = -1;
+  Broker* broker_ = nullptr;
   uint32_t seq_ = 0;
+  std::string report_;
 };
 
 // The Error a kReplyError body carries (errno, message), at `place`; `what` names the call when
@@ -126,6 +150,10 @@ class HelperPool {
   void start_idle();
 
   const HelperOptions& options() const { return opts_; }
+  // What the helpers' sandbox holds: the latest helper's report (describe()), or the plan for
+  // this kernel until a helper has reported.
+  std::string sandbox() const;
+  const SourceBroker& broker() const { return broker_; }
   // The helper a file's requests go to when it is idle (its open file and metadata are cached
   // there): callers that spread many files' requests over the helpers split them by it.
   size_t preferred(const std::string& file) const;
@@ -149,21 +177,25 @@ class HelperPool {
     std::string why;
   };
   // call and call_batch: `blame` marks the file bad and logs when the helper breaks.
-  std::string request(proto::Op op, const std::string& file, const std::string& object, const std::string& body,
-                      uint32_t max_reply, bool blame);
+  std::string request(proto::Op op, const std::vector<std::string>& files, const std::string& object,
+                      const std::string& body, uint32_t max_reply, bool blame);
   size_t acquire(const std::string& file);
   void release(size_t i);
   void check_bad(const std::string& file);
   void mark_bad(const std::string& file, const std::string& why);
 
   HelperOptions opts_;
-  mutable std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards slots_' busy flags, bad_, counters
+  SourceBroker broker_;
+  mutable std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards slots_' busy flags, bad_, counters, report_
   std::condition_variable cv_;
   std::vector<Slot> slots_;
   std::map<std::string, Bad> bad_;
   uint64_t requests_ = 0, failures_ = 0;
+  std::string report_;  // the latest helper's sandbox report
   std::unordered_set<std::string> files_asked_;  // at most kMaxFilesCounted
   void count_file_locked(const std::string& file);
+  // Keeps a helper's sandbox report; logs once when it holds less than this kernel allows.
+  void note_report(const std::string& report);
 };
 
 namespace detail {

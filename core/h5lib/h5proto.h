@@ -18,9 +18,10 @@
 namespace h5d::proto {
 
 constexpr uint32_t kMagic = 0x49443548;  // "H5DI" little-endian
-constexpr uint16_t kVersion = 8;  // 2: MetaSequenceFile; 3: LinkEntry::file; 4: the Write* ops; 5: DatasetsDetails;
+constexpr uint16_t kVersion = 9;  // 2: MetaSequenceFile; 3: LinkEntry::file; 4: the Write* ops; 5: DatasetsDetails;
                                   // 6: DatasetInfos, StorageInfo::damaged; 7: LinkEntry::ancestor,
-                                  // AttributeNames, Attribute; 8: MetaSequenceFile's with_index
+                                  // AttributeNames, Attribute; 8: MetaSequenceFile's with_index;
+                                  // 9: the sandbox's messages (kBrokerOpen ...)
 constexpr size_t kHeaderSize = 16;        // magic u32, version u16, kind u16, seq u32, length u32
 constexpr uint32_t kMaxRequest = 1u << 20;
 // WriteChunk carries a chunk's encoded bytes: chunks are below 4 GiB (plan_dataset) and at most
@@ -78,6 +79,27 @@ inline bool is_write_op(Op op) { return op >= Op::WriteCreateFile && op <= Op::W
 // Reply kinds (the header's kind field in a reply).
 constexpr uint16_t kReplyOk = 0;
 constexpr uint16_t kReplyError = 1;  // body: errno (u32), message (string)
+
+// The sandbox's messages (docs/architecture.md, "The sandbox"). A sandboxed helper has no file
+// system: while it serves a request, it asks the daemon to open each file libhdf5 (or its own
+// code) opens, and the daemon answers with the descriptor or a refusal. They travel on the same
+// socket as requests and replies; the daemon reads them while it waits for a reply
+// (HelperProcess::exchange).
+// helper -> daemon: body path (string), open flags (u32), mode (u32).
+constexpr uint16_t kBrokerOpen = 0x100;
+// helper -> daemon: body path (string), flags (u32: kStatNoFollow): the file's status.
+constexpr uint16_t kBrokerStat = 0x104;
+constexpr uint32_t kStatNoFollow = 1;
+// daemon -> helper: body errno (u32): 0 with one descriptor attached (SCM_RIGHTS) for an open,
+// 0 followed by the struct stat's bytes for a stat; else the refusal.
+constexpr uint16_t kBrokerAnswer = 0x101;
+constexpr uint32_t kMaxBrokerMessage = 8192;  // a path of at most PATH_MAX and the two numbers
+// helper -> daemon, once, before its first reply: what its sandbox holds (body: string,
+// describe() of the layers entered).
+constexpr uint16_t kSandboxReport = 0x102;
+// helper -> daemon, from its SIGSYS handler: the number (u32) of a system call the filter refused
+// as one a parser has no business making; the helper then dies of SIGSYS.
+constexpr uint16_t kRefusedCall = 0x103;
 
 // One answer of a DatasetInfos batch: the dataset's metadata, or the error its own DatasetInfo
 // request gave in the helper.

@@ -88,6 +88,8 @@ class Metadata {
   struct Counters {
     unsigned processes = 0;  // helper processes (when all run)
     uint64_t requests = 0, failures = 0, files_asked = 0;
+    std::string sandbox;                           // what the helpers' sandbox holds (sandbox_plan.h describe())
+    uint64_t broker_opens = 0, broker_refused = 0;  // files the daemon opened for them, asks refused (broker.h)
   };
   virtual Counters counters() const { return {}; }
   // Whether libhdf5 runs in other processes (the daemon) rather than in this one.

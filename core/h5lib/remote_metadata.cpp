@@ -125,7 +125,8 @@ class RemoteMetadata final : public Metadata {
 
   void start() override { pool_.start_idle(); }
   Counters counters() const override {
-    return {std::max(1u, pool_.options().count), pool_.requests(), pool_.failures(), pool_.files_asked()};
+    return {std::max(1u, pool_.options().count), pool_.requests(), pool_.failures(), pool_.files_asked(),
+            pool_.sandbox(), pool_.broker().opened(), pool_.broker().refused()};
   }
   bool isolated() const override { return true; }
   HelperPool* pool() override { return &pool_; }

@@ -52,8 +52,11 @@ using detail::put_spec;
 class RemoteWriteFile final : public WriteFile {
  public:
   RemoteWriteFile(const HelperOptions& opts, std::string path, dev_t& dev, ino_t& ino)
-      : path_(std::move(path)), timeout_ms_(opts.timeout_ms) {
-    proc_.start(opts.path);
+      : path_(std::move(path)), timeout_ms_(opts.timeout_ms), broker_(path_) {
+    // Not ended by the daemon's stop: a writer process flushes and closes its file first.
+    HelperOptions own = opts;
+    own.stop_fd = -1;
+    proc_.start(own, &broker_, true);
     pid_ = proc_.pid();
     const auto id = reply_of<std::pair<uint64_t, uint64_t>>(proto::Op::WriteCreateFile, "/", proto::Out());
     dev = static_cast<dev_t>(id.first);
@@ -147,7 +150,7 @@ class RemoteWriteFile final : public WriteFile {
     std::string reply;
     uint16_t kind = 0;
     try {
-      kind = proc_.exchange(op, body, max_reply, timeout_ms_, reply);
+      kind = proc_.exchange(op, body, max_reply, timeout_ms_, reply, {path_});
     } catch (const HelperProcess::Broken& b) {
       broken(op, object, b.why);
     }
@@ -166,6 +169,7 @@ class RemoteWriteFile final : public WriteFile {
 
   const std::string path_;
   const unsigned timeout_ms_;
+  WriterBroker broker_;  // the one file the process may open (created once)
   HelperProcess proc_;
   pid_t pid_ = -1;           // kept for the log lines after it is gone
   std::string dead_;         // why it died; calls fail at once from then on

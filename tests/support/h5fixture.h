@@ -8,7 +8,22 @@
 #include <string>
 #include <vector>
 
+#include "core/h5lib/h5helper.h"
+
 namespace h5d::test {
+
+#ifdef H5D_HELPER_PATH
+// The built h5direct-helper with `count` processes and a request timeout (the backoff of a bad
+// file 30 s, the sandbox every layer this kernel has, as a mount's default).
+inline HelperOptions helper_options(unsigned count, unsigned timeout_ms) {
+  HelperOptions o;
+  o.path = H5D_HELPER_PATH;
+  o.count = count;
+  o.timeout_ms = timeout_ms;
+  o.backoff_ms = 30000;
+  return o;
+}
+#endif
 
 // A scratch directory for this test process (under $H5D_TEST_TMP or /tmp), created on first use.
 std::string scratch_dir();

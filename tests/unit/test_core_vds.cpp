@@ -208,7 +208,7 @@ TEST_CASE("with HDF5 helpers, a VDS's sources' metadata come in one request per 
   make_vds(vpath, "v", H5T_STD_U16LE, {5 * kSources, 6, 5}, maps);
   EngineOptions o;
   o.threads = 2;
-  o.helper = HelperOptions{H5D_HELPER_PATH, 2, 20000, 30000};
+  o.helper = h5d::test::helper_options(2, 20000);
   Engine e(o);
   const uint64_t r0 = e.helpers()->requests();
   auto a = e.open_file(vpath)->dataset_array("/v");

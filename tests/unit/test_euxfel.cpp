@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/h5fixture.h"
 #include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/euxfel/run.h"
@@ -315,7 +316,7 @@ TEST_CASE("euxfel: a run opened through HDF5 helpers (its files read in parallel
   auto m = load_manifest(out);
   const std::string dir = m["run_dir"].get<std::string>();
   h5d::EngineOptions with_helpers;
-  with_helpers.helper = h5d::HelperOptions{H5D_HELPER_PATH, 2, 20000, 30000};
+  with_helpers.helper = h5d::test::helper_options(2, 20000);
   auto same = [](Run& a, Run& b) {
     REQUIRE(b.files().size() == a.files().size());
     for (size_t i = 0; i < a.files().size(); ++i) {
@@ -390,7 +391,7 @@ TEST_CASE("euxfel: a run whose files a files map describes opens none of them an
   auto m = load_manifest(out);
   const std::string dir = m["run_dir"].get<std::string>();
   h5d::EngineOptions with_helpers;
-  with_helpers.helper = h5d::HelperOptions{H5D_HELPER_PATH, 2, 20000, 30000};
+  with_helpers.helper = h5d::test::helper_options(2, 20000);
   h5d::Engine local(h5d::EngineOptions{}), remote(with_helpers);
   auto a = Run::open(local, dir);
   auto known = std::make_shared<h5d::euxfel::KnownFiles>();

@@ -38,7 +38,7 @@ namespace {
 
 EngineOptions with_helpers() {
   EngineOptions o;
-  o.helper = HelperOptions{H5D_HELPER_PATH, 2, 20000, 30000};  // path, count, timeout, backoff
+  o.helper = h5d::test::helper_options(2, 20000);
   return o;
 }
 

@@ -836,7 +836,7 @@ namespace {
 
 EngineOptions engine_with_helpers(unsigned timeout_ms = 20000) {
   EngineOptions o = engine_opts(2);
-  o.helper = HelperOptions{H5D_HELPER_PATH, 1, timeout_ms, 30000};  // path, count, timeout, backoff
+  o.helper = h5d::test::helper_options(1, timeout_ms);
   return o;
 }
 
