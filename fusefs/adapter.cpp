@@ -211,7 +211,7 @@ struct stat to_stat(const vfs::Attr& a) {
   st.st_gid = a.gid;
   st.st_size = static_cast<off_t>(a.size);
   st.st_blksize = 4096;
-  st.st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
+  st.st_blocks = static_cast<blkcnt_t>(a.blocks);
   st.st_mtim = a.mtime;
   st.st_atim = a.mtime;
   st.st_ctim = a.ctime;

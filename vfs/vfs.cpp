@@ -146,6 +146,7 @@ Attr Vfs::attr_of(const Node& n) {
       break;
   }
   a.size = n.size();
+  a.blocks = a.kind == NodeKind::File && a.size > 0 ? 1 : 0;
   const VfsOptions& o = ctx_->opts;
   if (n.meta().live && o.revalidate > 0) a.cache_limit = o.revalidate;
   if (n.kind() == NodeKind::Directory) {

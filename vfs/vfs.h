@@ -31,6 +31,11 @@ struct Attr {
   uint64_t size = 0;
   mode_t mode = 0;  // type and permission bits, as st_mode
   uint32_t nlink = 1;
+  // 512-byte blocks the node claims to store (st_blocks): what du adds up. Virtual files store
+  // nothing (their bytes are computed when read), so none claims more than one block; a file
+  // that is not empty claims exactly one, since GNU tar --sparse archives a file of size > 0
+  // with no block at all as one hole, without reading it (docs/usage.md, "Shell tools").
+  uint64_t blocks = 0;
   uid_t uid = 0;
   gid_t gid = 0;
   timespec mtime{};
