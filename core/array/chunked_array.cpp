@@ -145,6 +145,9 @@ class ChunkedArray final : public DatasetArray {
     return true;
   }
 
+  void source_files(std::vector<SourceFile>& out, size_t) const override { out.push_back({info_->file, st_.file_id}); }
+
+
   void plan_prefetch(const Region& r, ReadPlan& plan) const override {
     if (r.empty()) return;
     const ChunkContext& ctx = context();
@@ -230,7 +233,7 @@ class ChunkedArray final : public DatasetArray {
         fmt::FileGeometry geo = st_.geo;
         geo.stored_end = fmt::read_stored_end(*fd);
         ctx->map = fmt::read_chunk_map(src, geo, ctx->layout, dims, maxdims, h5_elem_size, filtered_);
-        FdCache::verify(info_->file, st_.file_id);
+        engine_.fds().recheck(info_->file, st_.file_id);
         if (ctx->map.beyond_extent)
           log::warn(what_ + ": chunk index: " + std::to_string(ctx->map.beyond_extent) +
                     " chunk record(s) beyond the current extent (inside the maximum one) ignored, as libhdf5 does");
@@ -486,7 +489,7 @@ class ChunkedArray final : public DatasetArray {
           auto buf = engine_.buffers().get(std::max<uint64_t>(hi - lo, Engine::kMaxScratchRequest));
           auto fd = engine_.fds().get(info_->file, &st_.file_id);
           engine_.source_read(fd->fd(), buf->data(), hi - lo, lo, info_->file);
-          FdCache::verify(info_->file, st_.file_id);
+          engine_.fds().recheck(info_->file, st_.file_id);
           engine_.stats().merged_requests.fetch_add(1, std::memory_order_relaxed);
           stored = std::move(buf);
         } catch (const std::exception&) {
@@ -559,7 +562,7 @@ class ChunkedArray final : public DatasetArray {
                                     file_key(info_->file));
         else
           engine_.source_read(fd->fd(), in.data(), loc.size, loc.addr, info_->file);
-        FdCache::verify(info_->file, st_.file_id);
+        engine_.fds().recheck(info_->file, st_.file_id);
       }
       const auto t1 = std::chrono::steady_clock::now();
       auto out = engine_.buffers().get(chunk_bytes_);

@@ -61,6 +61,10 @@ class ContiguousArray final : public DatasetArray {
     return true;
   }
 
+  void source_files(std::vector<SourceFile>& out, size_t) const override {
+    if (addr_ != fmt::kUndefAddr) out.push_back({info_->file, file_id_});
+  }
+
   void plan_prefetch(const Region& r, ReadPlan& plan) const override {
     if (r.empty() || addr_ == fmt::kUndefAddr) return;
     if (nbytes() > stored_) return;

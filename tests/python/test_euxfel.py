@@ -171,28 +171,7 @@ def test_generated_run_has_a_usable_detector(mount_factory):
         ddir = osp.join(root, 'SPB_DET_AGIPD1M-1')
         info = json.load(open(osp.join(ddir, 'detector.json')))
         assert info['usable'], info
-        exp = osp.join(out, 'expected')
-        mods = sorted((k for k in m['keys'] if k['key'] == 'image.data'),
-                      key=lambda k: int(k['source'].split('/')[-1].split('CH')[0]))
-        data = [np.load(osp.join(exp, k['data'])) for k in mods]
-        tids = [np.load(osp.join(exp, k['train_ids'])) for k in mods]
-        det_trains = np.unique(np.concatenate(tids))
-        per_train = {}
-        for t in tids:
-            for tr, n in zip(*np.unique(t, return_counts=True)):
-                assert per_train.setdefault(int(tr), n) == n   # modules agree
-        frames = sum(per_train[int(t)] for t in det_trains)
-        if data[0].ndim > 1 and data[0].shape[1] == 1:   # a leading length-1 entry axis: dropped
-            data = [d[:, 0] for d in data]
-        e = np.zeros((len(mods), frames) + data[0].shape[1:], data[0].dtype)
-        for mi, (d, t) in enumerate(zip(data, tids)):
-            pos = 0
-            for tr in det_trains:
-                n = per_train[int(tr)]
-                rows = d[t == tr]
-                if len(rows):
-                    e[mi, pos:pos + n] = rows
-                pos += n
+        e, frame_tids = euxfel_mock.expected_stack(out, m)
         got = np.load(osp.join(ddir, 'image.data.npy'))
         assert got.shape == e.shape and np.array_equal(got, e)
         assert np.array_equal(np.load(osp.join(ddir, '.train_ids', 'image.npy')),
