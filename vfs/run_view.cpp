@@ -71,6 +71,29 @@ ArraySpec u64_spec(std::shared_ptr<const Array> a, const std::string& what) {
   return spec;
 }
 
+// first_train, last_train, and how the rows are stored (docs/sidecar.md, "Run keys"): one block
+// per run of rows of one sequence file's dataset, and row_chunks, the blocks' row counts (dask's
+// chunks= along rows, each chunk one file's rows).
+void add_row_blocks(json& j, Run& run, const std::string& source, const std::string& key) {
+  const std::vector<Run::RowBlock> blocks = run.key_row_blocks(source, key);
+  json list = json::array(), chunks = json::array();
+  for (const Run::RowBlock& b : blocks) {
+    json r = {{"rows", {b.row, b.row + b.rows}},
+              {"file", run.files()[b.file].name},
+              {"dataset_rows", {b.first, b.first + b.rows}},
+              {"first_train", b.first_train},
+              {"last_train", b.last_train},
+              {"chunk_rows", b.chunk_rows ? json(b.chunk_rows) : json(nullptr)}};
+    if (!b.error.empty()) r["error"] = b.error;
+    list.push_back(std::move(r));
+    chunks.push_back(b.rows);
+  }
+  j["first_train"] = blocks.empty() ? json(nullptr) : json(blocks.front().first_train);
+  j["last_train"] = blocks.empty() ? json(nullptr) : json(blocks.back().last_train);
+  j["row_blocks"] = std::move(list);
+  j["row_chunks"] = std::move(chunks);
+}
+
 json key_sidecar(Run& run, const std::string& source, const KeyInfo& k) {
   const euxfel::Source& s = run.source(source);
   json j;
@@ -382,7 +405,6 @@ class SourceDirProvider final : public DirProvider {
     for (const KeyInfo& k : keys) {
       if (!groups.count(k.group)) groups[k.group] = run->group_index(source, k.group);
       json side = key_sidecar(*run, source, k);
-      std::string text = k.is_array ? json_text(side) : std::string();
       if (k.is_array) {
         ArraySpec spec;
         spec.shape = Shape{k.rows};
@@ -395,17 +417,16 @@ class SourceDirProvider final : public DirProvider {
         out.push_back({k.name + ".npy", make_array_file(ctx_, ArrayFormat::Npy, spec, fmeta_)});
         out.push_back({k.name + ".raw", make_array_file(ctx_, ArrayFormat::Raw, std::move(spec), fmeta_)});
       }
-      if (k.is_array) {
-        out.push_back({k.name + ".json", make_text_file([text] { return text; }, fmeta_)});
-        continue;
-      }
-      // Non-arrays: the values of every row, read when the .json is first opened (listing
-      // reads no values).
+      // Rendered at its first stat or open (listing reads no values and no dataset of the
+      // other sequence files): the row blocks (every file's dataset metadata) and, for
+      // non-arrays, the values of every row.
       const std::string key = k.name;
+      const bool is_array = k.is_array;
       out.push_back({k.name + ".json", make_text_file(
-                                           [run, source, key, side] {
+                                           [run, source, key, side, is_array] {
                                              json j = side;
-                                             add_key_values(j, *run, source, key);
+                                             add_row_blocks(j, *run, source, key);
+                                             if (!is_array) add_key_values(j, *run, source, key);
                                              return json_text(j);
                                            },
                                            fmeta_)});

@@ -203,6 +203,20 @@ class Run {
   // The train ID of every row of the key (KeyData.train_id_coordinates()).
   ArrayPtr key_train_ids(const std::string& source, const std::string& key);
 
+  // How a key's rows are stored: in row order, each run of rows that is one run of rows of one
+  // file's dataset (EXtra-data's blocks of a file, merged where they continue each other), with
+  // its trains and the dataset's chunk extent along rows (the file's own dataset metadata:
+  // asked of every file of the key at once, one HDF5 helper request per helper).
+  struct RowBlock {
+    size_t file = 0;                      // index into files()
+    uint64_t row = 0, rows = 0;           // the key's rows [row, row + rows)
+    uint64_t first = 0;                   // ... are the dataset's rows [first, first + rows)
+    uint64_t first_train = 0, last_train = 0;
+    uint64_t chunk_rows = 0;              // 0: not chunked
+    std::string error;                    // the dataset's metadata could not be read (chunk_rows 0)
+  };
+  std::vector<RowBlock> key_row_blocks(const std::string& source, const std::string& key);
+
   // Per run train (train_ids()), as EXtra-data's run.train_timestamps(): INDEX/timestamp (ns
   // since the epoch, UTC) from the first file (name order) holding the train, NaT (INT64_MIN)
   // where none has one (format 0.5 files have none); dtype <M8[ns]. Reads every file's
