@@ -241,6 +241,10 @@ class Run {
 
   // RUN section values of a CONTROL source (SourceData.run_values()): key -> first element.
   Value run_values(const std::string& source);
+  // The RUN keys of a CONTROL source that are not CONTROL keys (EXtra-data's "additional run
+  // keys": run_values(inc_timestamps=False) less keys(inc_timestamps=False)), by name without
+  // `.value`, from the source's first file; `is_array` false for strings, as for keys.
+  std::vector<KeyInfo> run_only_keys(const std::string& source);
   // run.json: proposal, run, format version, files, sources, trains, METADATA values, errors.
   Value metadata() const;
   // Data errors found so far (duplicated trains, unreadable files skipped, ...).
