@@ -399,4 +399,49 @@ std::string run_info_text(const json& j, bool details) {
   return o.str();
 }
 
+namespace {
+
+// A size in binary units, one decimal ("1.9 MiB"; bytes below 1 KiB).
+std::string size_text(uint64_t bytes) {
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double v = double(bytes);
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  size_t u = 0;
+  for (v /= 1024; v >= 1024 && u + 1 < std::size(units); v /= 1024) ++u;
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  return buf;
+}
+
+}  // namespace
+
+std::string run_line_text(const json& j, const std::string& name) {
+  // lsxfel's summarise_run: sequence files (NAME-S#####.h5), those of a detector aggregator
+  // (AGIPD, DSSC, LPD: FilenameInfo.is_detector) and the others.
+  static const std::regex seq(R"((.+)-S\d+\.h5)"), agg(R"(([A-Z]+)(\d+).*)");
+  uint64_t detector = 0, other = 0, size = 0;
+  const json files = j.value("files", json::array());
+  for (const json& f : files) {
+    const std::string fname = f.value("name", std::string());
+    size += f.value("size", uint64_t{0});
+    if (!std::regex_match(fname, seq)) continue;
+    std::vector<std::string> parts;
+    std::stringstream ss(fname.substr(0, fname.size() - 3));
+    for (std::string part; std::getline(ss, part, '-');) parts.push_back(part);
+    std::smatch m;
+    const bool det = parts.size() == 4 && std::regex_match(parts[2], m, agg) &&
+                     (m[1] == "AGIPD" || m[1] == "DSSC" || m[1] == "LPD");
+    ++(det ? detector : other);
+  }
+  uint64_t sources = 0;
+  const json all = j.value("sources", json::object());
+  for (const auto& [n, s] : all.items())
+    if (!s.contains("legacy_name_of")) ++sources;
+  char head[160];
+  std::snprintf(head, sizeof head, " : Run of %4llu trains, with %3llu detector files and %3llu others",
+                (unsigned long long)j.value("train_count", uint64_t{0}), (unsigned long long)detector,
+                (unsigned long long)other);
+  return "  " + name + head + ", " + std::to_string(sources) + " sources, " + size_text(size);
+}
+
 }  // namespace h5d::vfs

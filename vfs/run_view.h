@@ -52,5 +52,8 @@ nlohmann::json run_summary_json(euxfel::Run& run);
 // instrument and control sources with similar names grouped; `details`: every source on its
 // own with its keys, as info(details_for_sources=['*']).
 std::string run_info_text(const nlohmann::json& summary, bool details);
+// lsxfel's line for a run in a folder of runs ("  r0001 : Run of   64 trains, with   2 detector
+// files and   2 others"), followed by its sources and the size of its files, from its run.json.
+std::string run_line_text(const nlohmann::json& summary, const std::string& name);
 
 }  // namespace h5d::vfs

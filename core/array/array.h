@@ -137,6 +137,12 @@ class Array {
     (void)open_at_most;
   }
 
+  // What of the array's storage cannot be read, found without reading its data (its chunk
+  // index, where its chunks and bytes lie against the file's size, missing VDS sources): one
+  // line saying why, or "" when everything can be read as far as that tells (a chunk may still
+  // fail to decode). For `h5direct info` of a damaged file. Default: "" (nothing to check).
+  virtual std::string damage() const { return {}; }
+
   uint64_t nbytes() const { return product(shape()) * dtype().itemsize; }
 };
 

@@ -147,6 +147,46 @@ class ChunkedArray final : public DatasetArray {
 
   void source_files(std::vector<SourceFile>& out, size_t) const override { out.push_back({info_->file, st_.file_id}); }
 
+  // The chunk index, then every chunk's record against the file and the index (the checks of
+  // plan(), without reading a chunk).
+  std::string damage() const override {
+    const ChunkContext* ctx = nullptr;
+    try {
+      ctx = &context();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    uint64_t bad = 0, past = 0;
+    std::string first;
+    const uint64_t size = static_cast<uint64_t>(st_.file_id.size);
+    ctx->map.for_each([&](uint64_t lin, const fmt::ChunkLoc& loc) {
+      if (st_.file_id.ino != 0 && (loc.addr > size || loc.size > size - loc.addr)) {
+        ++past;
+        return;
+      }
+      Shape cc(ds_rank_);
+      uint64_t rest = lin;
+      for (size_t k = ds_rank_; k-- > 0;) {
+        cc[k] = rest % ctx->map.grid()[k];
+        rest /= ctx->map.grid()[k];
+      }
+      const std::string why = chunk_problem(*ctx, cc, lin, loc);
+      if (!why.empty() && bad++ == 0) first = "chunk " + coords_str(cc) + ": " + why;
+    });
+    std::string out;
+    if (past) {
+      uint64_t stored = 0;
+      try {
+        stored = fmt::read_stored_end(*engine_.fds().get(info_->file, &st_.file_id));
+      } catch (const std::exception&) {
+      }
+      out = std::to_string(past) + " of " + std::to_string(ctx->map.allocated()) +
+            " chunks lie past the end of the file (" +
+            (stored > size ? fmt::truncated_message(size, stored) : std::to_string(size) + " bytes") + ")";
+    }
+    if (bad) out += (out.empty() ? "" : "; ") + std::to_string(bad) + " chunk record(s) damaged: " + first;
+    return out;
+  }
 
   void plan_prefetch(const Region& r, ReadPlan& plan) const override {
     if (r.empty()) return;
