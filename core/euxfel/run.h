@@ -162,6 +162,7 @@ class Source {
   std::string keys_error_;
   std::map<std::string, std::shared_ptr<const GroupIndex>> groups_;
   std::map<std::string, ArrayPtr> arrays_;
+  bool infos_asked_ = false;  // every key's dataset metadata in every file asked for (key_row_blocks)
 };
 
 class Run {

@@ -306,9 +306,24 @@ std::vector<Run::RowBlock> Run::key_row_blocks(const std::string& source, const 
     }
     row += b.rows;
   }
-  std::vector<std::pair<std::string, std::string>> items;
-  for (const RowBlock& r : out) items.emplace_back(files_[r.file].path, k.dset_path);
-  H5File::prefetch_infos(engine_, items);
+  // Every key of the source at once (their .json files are rendered together by `ls -l`, tar,
+  // a walk): the first asks for all their files' dataset metadata, in one HDF5 helper request
+  // per helper; the others find it cached.
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    Source& s = source_mut(source);
+    first = !s.infos_asked_;
+    s.infos_asked_ = true;
+  }
+  if (first) {
+    std::vector<std::pair<std::string, std::string>> items;
+    for (const KeyInfo& other : keys(source)) {
+      for (const Block& b : group_index(source, other.group)->blocks)
+        if (b.rows) items.emplace_back(files_[b.file].path, other.dset_path);
+    }
+    H5File::prefetch_infos(engine_, items);
+  }
   for (RowBlock& r : out) {
     try {
       auto info = engine_.open_file(files_[r.file].path)->dataset_info(k.dset_path);
