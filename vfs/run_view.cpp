@@ -165,8 +165,8 @@ json run_summary_json(Run& run) {
       keys[k.name] = kj;
     }
     sj["keys"] = keys;
-    // Trains with data, per index group (extra-data-run-info's "data for N trains ..., up to M
-    // entries per train") and for the source (any group).
+    // Trains with data, per index group (run.info()'s "data for N trains (P%), M-K entries per
+    // train") and for the source (any group).
     json groups = json::object();
     std::vector<uint8_t> any(run.train_ids().size(), 0);
     for (const std::string& g : run.index_groups(name)) {

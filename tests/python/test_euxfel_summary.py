@@ -1,7 +1,8 @@
 """A run's summary (docs/euxfel.md, "Run summary"): run.json lists every source's keys, shapes,
 dtypes and trains with data; timestamp.npy and flag.npy sit next to trainId.npy;
--o inc_suspect_trains; `h5direct info PATH` prints what extra-data-run-info prints, from a mount
-and from the files; -o run_view=per_file shows the files beside the run view.
+-o inc_suspect_trains; `h5direct info PATH` prints what EXtra-data 1.24's run.info() prints (and
+lsxfel after its first line), from a mount and from the files; -o run_view=per_file shows the
+files beside the run view.
 
 Runs are written with the re-implemented EXtra-data mock writers (test_extra_data_mocks.py);
 the expected values come from the HDF5 files read back with h5py (read_oracle, and below the
