@@ -69,7 +69,7 @@ void PerFileReadahead::answer(unsigned kb, const std::function<void()>& reply) {
 }
 
 bool RepeatedFailures::repeat(uint64_t ino, int err, const Place& place, const std::string& message) {
-  const std::string what = place.file.empty() ? message : place.file + '\n' + place.dataset + '\n' + place.chunk;
+  const std::string what = place.empty() ? message : place.file + '\n' + place.dataset + '\n' + place.chunk;
   const auto now = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lk(mu_);
   for (const Seen& s : seen_) {

@@ -52,7 +52,7 @@ class RepeatedFailures {
   static constexpr std::chrono::milliseconds kWindow{1000};
   static constexpr size_t kKeep = 64;  // failures remembered (the most recent)
   // Whether the failure of a read of `ino` (errno `err`, at `place`; `message` where the place
-  // names no file) repeats one reported less than kWindow ago; remembers it when it does not.
+  // is empty) repeats one reported less than kWindow ago; remembers it when it does not.
   bool repeat(uint64_t ino, int err, const Place& place, const std::string& message);
 
  private:
