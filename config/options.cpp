@@ -451,15 +451,19 @@ InfoOptions parse_info_command_line(const std::vector<std::string>& args) {
 
 std::string info_usage_text(const std::string& program) {
   return "usage: " + program + " info [--details] [--json] [-o OPTIONS] PATH\n"
-         "  A European XFEL run's summary, like extra-data-run-info: trains, detectors,\n"
-         "  instrument and control sources. PATH: a run directory (read as a mount reads it,\n"
-         "  EXtra-data's files map included) or a run as a mount shows it (its run.json is\n"
-         "  read). An HDF5 file: its datasets (path, shape, dtype, layout, chunks, filters;\n"
-         "  --json: their sidecars' fields).\n"
+         "  A European XFEL run's summary, as EXtra-data's run.info() (lsxfel RUN) prints it:\n"
+         "  trains, detectors, instrument and control sources. PATH: a run directory (read as\n"
+         "  a mount reads it, EXtra-data's files map included) or a run as a mount shows it\n"
+         "  (its run.json is read). A folder of runs (a proposal's raw/, or the proposal): a\n"
+         "  line per run, as lsxfel prints it, with its sources and size. An HDF5 file: its\n"
+         "  datasets (path, shape, dtype, layout, chunks, filters; --json: their sidecars'\n"
+         "  fields), and what of a damaged or truncated file cannot be read, and why.\n"
          "  --details  every source's keys, dtypes and entry shapes, and trains with data\n"
          "  --json     the run's run.json instead of text\n"
          "  -o         mount options that apply: inc_suspect_trains=0|1, hdf5_helpers=N,\n"
-         "             debug (every log line on stderr), ...\n";
+         "             debug (every log line on stderr), ...\n"
+         "  Exit status: 0 everything read, 3 read in part (a damaged dataset or group, a\n"
+         "  run that cannot be read: each named with why), 1 nothing read, 2 a bad command line.\n";
 }
 
 MountOptions parse_command_line(const std::vector<std::string>& args) {

@@ -79,11 +79,12 @@ std::string usage_text(const std::string& program);
 std::string usage_lines(const std::string& program);
 
 // `h5direct info [--details] [--json] [-o OPTIONS] PATH` (docs/euxfel.md, "Run summary"): a
-// run's summary like extra-data-run-info, from a run view of a mount (PATH/run.json) or from a
-// run directory's files. -o takes the mount options (inc_suspect_trains, hdf5_helpers, ...).
+// run's summary as EXtra-data's run.info() prints it, from a run view of a mount (PATH/run.json)
+// or from a run directory's files; a folder of runs; an HDF5 file's datasets. -o takes the mount
+// options (inc_suspect_trains, hdf5_helpers, ...).
 struct InfoOptions {
   std::string path;
-  bool details = false;  // --details: every source's keys (extra-data-run-info --details)
+  bool details = false;  // --details: every source's keys (run.info(details_for_sources=['*']))
   bool json = false;     // --json: run.json as the mount shows it
   bool help = false;
   MountOptions m;        // -o options (engine and vfs parts apply)

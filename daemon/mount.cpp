@@ -278,9 +278,10 @@ std::string check_paths(config::MountOptions& m) {
   if (!m.nonempty) {
     for (const auto& e : mounts()) {
       if (e.point == m.mountpoint) {
+        // Not -o nonempty: that would stack a second mount (and daemon) over this one.
         return m.mountpoint + " is already a mount point (" + e.type + " " + e.source +
-               "): unmount it first (fusermount3 -u " + m.mountpoint +
-               "), or pass -o nonempty to mount over it";
+               "): unmount it first: fusermount3 -u " + m.mountpoint + " (if it is busy: fusermount3 -u -z " +
+               m.mountpoint + ", which detaches it now and lets its readers finish; as root: umount)";
       }
     }
     if (!dir_is_empty(m.mountpoint)) {
@@ -551,8 +552,9 @@ int run_mount(int argc, char** argv) {
   // The mount exists: only now may the caller be released.
   if (!m.foreground) {
     if (!g_log_file && !have_syslog()) {
-      log::warn("no syslog on this machine (/dev/log): the daemon's recent log lines are only in "
-                "MNT/.h5direct/log; use -o log=FILE to keep all of them (or -f to stay in the foreground)");
+      log::warn("no syslog on this machine (/dev/log): the daemon's recent log lines are only in " +
+                m.mountpoint + "/.h5direct/log; use -o log=FILE to keep all of them (or -f to stay in the "
+                "foreground)");
     }
     if (fuse_daemonize(0) != 0) {
       fuse_session_unmount(se.get());

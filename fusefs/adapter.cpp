@@ -68,6 +68,20 @@ void PerFileReadahead::answer(unsigned kb, const std::function<void()>& reply) {
   used_ = std::chrono::steady_clock::now();
 }
 
+bool RepeatedFailures::repeat(uint64_t ino, int err, const Place& place, const std::string& message) {
+  const std::string what = place.empty() ? message : place.file + '\n' + place.dataset + '\n' + place.chunk;
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lk(mu_);
+  for (const Seen& s : seen_) {
+    if (s.ino == ino && s.err == err && s.what == what && now - s.at < kWindow) return true;
+  }
+  // The reported failure is remembered (the oldest one goes): a repeat never extends the window,
+  // so a reader failing again and again gets a line every kWindow.
+  if (seen_.size() >= kKeep) seen_.erase(seen_.begin());
+  seen_.push_back({ino, err, what, now});
+  return false;
+}
+
 std::vector<char> PushBuffers::take() {
   std::lock_guard<std::mutex> lk(mu_);
   if (free_.empty()) return {};
@@ -197,7 +211,7 @@ struct stat to_stat(const vfs::Attr& a) {
   st.st_gid = a.gid;
   st.st_size = static_cast<off_t>(a.size);
   st.st_blksize = 4096;
-  st.st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
+  st.st_blocks = static_cast<blkcnt_t>(a.blocks);
   st.st_mtim = a.mtime;
   st.st_atim = a.mtime;
   st.st_ctim = a.ctime;
@@ -236,7 +250,9 @@ void fail_request(fuse_req_t req, const char* op, uint64_t ino, std::exception_p
   Context& c = ctx(req);
   if (c.vfs) c.vfs->note_error(err);
   const std::string line = std::string(op) + " (inode " + std::to_string(ino) + "): " + msg;
-  if (logged) {  // its one line is in the log already (a failed HDF5 helper), and reported
+  // Its one line is in the log already (a failed HDF5 helper), and reported; or it is the
+  // kernel asking again for a read that just failed (RepeatedFailures).
+  if (logged || (std::strcmp(op, "read") == 0 && c.read_failures.repeat(ino, err, place, msg))) {
     log::debug(line);
     fuse_reply_err(req, err);
     return;

@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/error.h"
 #include "fusefs/fuse_options.h"
 #include "vfs/vfs.h"
 
@@ -39,6 +40,30 @@ class ReadsInFlight {
   };
   std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards reads_
   std::vector<R> reads_;
+};
+
+// A failed read is asked for again by the kernel: a read-ahead that fails is followed by a read
+// of the page the reader waits on, and a mapping's fault tries its page two or three times, each
+// failing on the same chunk. To the reader that is one failure: it is reported once (an error line,
+// stats.json recent_errors), and the same failure of the same file within kWindow is logged at
+// debug level only. Every request is still answered with its error and counted (error_replies).
+class RepeatedFailures {
+ public:
+  static constexpr std::chrono::milliseconds kWindow{1000};
+  static constexpr size_t kKeep = 64;  // failures remembered (the most recent)
+  // Whether the failure of a read of `ino` (errno `err`, at `place`; `message` where the place
+  // is empty) repeats one reported less than kWindow ago; remembers it when it does not.
+  bool repeat(uint64_t ino, int err, const Place& place, const std::string& message);
+
+ private:
+  struct Seen {
+    uint64_t ino;
+    int err;
+    std::string what;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards seen_
+  std::vector<Seen> seen_;
 };
 
 // Buffers that pushes copy bytes into before notify_store. A few are kept for reuse (fresh memory
@@ -150,6 +175,7 @@ struct Context {
   size_t max_read = 0;         // requests' largest size, when capped (daemon/mount.cpp); 0: the kernel's
   PerFileReadahead readahead;  // enabled by daemon/mount.cpp when the daemon can write sysfs
   ReadsInFlight reads;
+  RepeatedFailures read_failures;
   PushBuffers push_buffers;
   Handles handles;  // cleared by daemon/mount.cpp when the session loop has ended
   Invalidator invalidator;  // the Vfs's listener; started and stopped by daemon/mount.cpp

@@ -10,7 +10,8 @@ PKGS=(build-essential cmake pkg-config clang libclang-rt-14-dev
       python3-numpy python3-h5py python3-hdf5plugin python3-pytest python3-matplotlib python3-distributed python3-dask python3-lz4
       python3-xarray
       hdf5-filter-plugin hdf5-filter-plugin-blosc-serial hdf5-plugin-lzf
-      mount util-linux)  # mount(8), mountpoint, setpriv: test_mount_safety.py
+      mount util-linux  # mount(8), mountpoint, setpriv: test_mount_safety.py
+      rsync)            # copies of a mounted tree: test_du_and_copies.py
 if [ "${1:-}" = "--list" ]; then
   printf '%s\n' "${PKGS[@]}"
   exit 0

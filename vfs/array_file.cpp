@@ -233,6 +233,9 @@ class ArrayOpenFile final : public OpenFile {
   const ArrayFileNode& node_;  // kept alive by the inode table
   ArrayPtr array_;
   ReadPolicy policy_;
+
+ public:
+  HeldSources held;  // the source files held open while this file is open
 };
 
 // The array's source changed since this node was listed (a dataset grew: its directory is
@@ -274,8 +277,20 @@ std::unique_ptr<OpenFile> ArrayFileNode::open() {
     opened_ = true;
     last_ = a;
   }
-  auto f = std::make_unique<ArrayOpenFile>(*this, std::move(a));
+  auto f = std::make_unique<ArrayOpenFile>(*this, a);
   if (changed) f->keep_cache = false;
+  // As any open file keeps its bytes after an unlink: the files read from are held open from
+  // the open on, a mapping not read yet included (a part of a run key first read after its
+  // sequence file was deleted could not be opened by name).
+  if (a) {
+    try {
+      f->held = hold_sources(ctx_.engine.fds(), *a);
+    } catch (const std::exception& e) {  // a source that cannot be opened: its reads say why
+      log::debug(spec_.what + ": source files not held: " + e.what());
+    }
+    f->source_files = f->held.files;
+    f->sources_unheld = f->held.refused;
+  }
   return f;
 }
 

@@ -71,6 +71,29 @@ ArraySpec u64_spec(std::shared_ptr<const Array> a, const std::string& what) {
   return spec;
 }
 
+// first_train, last_train, and how the rows are stored (docs/sidecar.md, "Run keys"): one block
+// per run of rows of one sequence file's dataset, and row_chunks, the blocks' row counts (dask's
+// chunks= along rows, each chunk one file's rows).
+void add_row_blocks(json& j, Run& run, const std::string& source, const std::string& key) {
+  const std::vector<Run::RowBlock> blocks = run.key_row_blocks(source, key);
+  json list = json::array(), chunks = json::array();
+  for (const Run::RowBlock& b : blocks) {
+    json r = {{"rows", {b.row, b.row + b.rows}},
+              {"file", run.files()[b.file].name},
+              {"dataset_rows", {b.first, b.first + b.rows}},
+              {"first_train", b.first_train},
+              {"last_train", b.last_train},
+              {"chunk_rows", b.chunk_rows ? json(b.chunk_rows) : json(nullptr)}};
+    if (!b.error.empty()) r["error"] = b.error;
+    list.push_back(std::move(r));
+    chunks.push_back(b.rows);
+  }
+  j["first_train"] = blocks.empty() ? json(nullptr) : json(blocks.front().first_train);
+  j["last_train"] = blocks.empty() ? json(nullptr) : json(blocks.back().last_train);
+  j["row_blocks"] = std::move(list);
+  j["row_chunks"] = std::move(chunks);
+}
+
 json key_sidecar(Run& run, const std::string& source, const KeyInfo& k) {
   const euxfel::Source& s = run.source(source);
   json j;
@@ -142,206 +165,44 @@ json run_summary_json(Run& run) {
       keys[k.name] = kj;
     }
     sj["keys"] = keys;
-    // Trains with data, per index group (extra-data-run-info's "data for N trains ..., up to M
-    // entries per train") and for the source (any group).
+    // Trains with data, per index group (run.info()'s "data for N trains (P%), M-K entries per
+    // train") and for the source (any group).
     json groups = json::object();
     std::vector<uint8_t> any(run.train_ids().size(), 0);
     for (const std::string& g : run.index_groups(name)) {
       auto gi = run.group_index(name, g);
-      uint64_t with = 0, most = 0;
+      uint64_t with = 0, most = 0, least = 0;  // least: of the trains with data
       for (size_t i = 0; i < gi->counts_per_run_train.size(); ++i) {
         const uint64_t c = gi->counts_per_run_train[i];
         if (c) {
           ++with;
           if (i < any.size()) any[i] = 1;
+          least = least ? std::min(least, c) : c;
         }
         most = std::max(most, c);
       }
-      groups[g.empty() ? std::string("control") : g] = {
-          {"trains_with_data", with}, {"max_entries_per_train", most}, {"rows", gi->rows}};
+      groups[g.empty() ? std::string("control") : g] = {{"trains_with_data", with},
+                                                         {"min_entries_per_train", least},
+                                                         {"max_entries_per_train", most},
+                                                         {"rows", gi->rows}};
     }
     sj["index_groups"] = groups;
     sj["train_count"] = std::count(any.begin(), any.end(), uint8_t{1});
+    if (s.is_control()) {
+      // RUN keys that are not CONTROL keys (lsxfel --detail's "additional run keys").
+      json run_only = json::object();
+      try {
+        for (const KeyInfo& k : run.run_only_keys(name)) {
+          run_only[k.name] = {{"dtype", k.is_array ? dtype_descr_json(k.dtype) : json(nullptr)},
+                              {"entry_shape", k.entry_shape}};
+        }
+      } catch (const std::exception& e) {
+        log::warn("euxfel: " + run.dir() + ": " + name + ": cannot list its RUN keys: " + e.what());
+      }
+      sj["run_only_keys"] = run_only;
+    }
   }
   return j;
-}
-
-namespace {
-
-// numpy's name of a dtype descr as extra-data-run-info prints it ("float32", "|S8"; structured
-// types as their descr).
-std::string numpy_name(const json& descr) {
-  if (!descr.is_string()) return descr.is_null() ? "object" : descr.dump();
-  const std::string d = descr.get<std::string>();
-  if (d.size() < 3) return d;
-  const char kind = d[1];
-  const std::string bytes = d.substr(2);
-  int bits = 0;
-  try {
-    bits = std::stoi(bytes) * 8;
-  } catch (const std::exception&) {
-    return d;
-  }
-  switch (kind) {
-    case 'f': return "float" + std::to_string(bits);
-    case 'i': return "int" + std::to_string(bits);
-    case 'u': return "uint" + std::to_string(bits);
-    case 'c': return "complex" + std::to_string(bits);
-    case 'b': return "bool";
-    default: return d.substr(1);  // S8, V16, M8[ns]
-  }
-}
-
-// A Python tuple as repr() prints it: (1000,), (2, 3).
-std::string py_tuple(const json& shape) {
-  std::string out = "(";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i].get<uint64_t>());
-  return out + (shape.size() == 1 ? ",)" : ")");
-}
-
-std::string percent(uint64_t n, uint64_t total) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f%%", total ? 100.0 * double(n) / double(total) : 0.0);
-  return buf;
-}
-
-// EXtra-data's DETECTOR_SOURCE_RE, (.+/(?:DET|CORR))/(\d+)CH: det = ".../DET" or ".../CORR".
-bool xtdf_module(const std::string& s, std::string& det, std::string& modno) {
-  for (size_t p = s.size(); p-- > 0;) {  // (.+) is greedy: the last match
-    if (s[p] != '/' || p == 0) continue;
-    for (const char* sect : {"/DET/", "/CORR/"}) {
-      const size_t n = std::strlen(sect);
-      if (s.compare(p, n, sect) != 0) continue;
-      size_t e = p + n;
-      while (e < s.size() && std::isdigit(static_cast<unsigned char>(s[e]))) ++e;
-      if (e == p + n || s.compare(e, 2, "CH") != 0) continue;
-      det = s.substr(0, p + n - 1);
-      modno = s.substr(p + n, e - p - n);
-      return true;
-    }
-  }
-  return false;
-}
-
-}  // namespace
-
-std::string run_info_text(const json& j, bool details) {
-  std::ostringstream o;
-  const uint64_t n = j.value("train_count", uint64_t{0});
-  o << "# of trains:    " << n << "\n";
-  if (n == 0 || j["first_train"].is_null()) {
-    o << "Duration:       0.0\nFirst train ID: -\nLast train ID:  -\n\n";
-  } else {
-    const uint64_t first = j["first_train"].get<uint64_t>(), last = j["last_train"].get<uint64_t>();
-    const uint64_t span = last - first + 1, secs = span / 10;
-    char dur[64];
-    std::snprintf(dur, sizeof dur, "%llu:%02llu:%02llu.%llu", (unsigned long long)(secs / 3600),
-                  (unsigned long long)(secs / 60 % 60), (unsigned long long)(secs % 60),
-                  (unsigned long long)(span % 10));
-    o << "Duration:       " << dur << "\nFirst train ID: " << first << "\nLast train ID:  " << last << "\n\n";
-  }
-  const json& sources = j["sources"];
-  std::set<std::string> legacy, xtdf, instrument, control;
-  std::map<std::string, std::map<std::string, std::string>> detectors;  // name -> modno -> source
-  for (const auto& [name, s] : sources.items()) {
-    if (s.contains("legacy_name_of")) {
-      legacy.insert(name);
-      continue;
-    }
-    if (s.value("section", "") == "CONTROL") {
-      control.insert(name);
-      continue;
-    }
-    std::string det, modno;
-    if (xtdf_module(name, det, modno)) {
-      xtdf.insert(name);
-      detectors[det][modno] = name;
-    } else {
-      instrument.insert(name);
-    }
-  }
-  if (!details) {
-    for (const auto& [det, mods] : detectors) {
-      o << mods.size() << " XTDF detector modules of " << det << "/*\n";
-      const auto& [modno, src] = *mods.begin();
-      const json& s = sources[src];
-      const json keys = s.value("keys", json::object());
-      if (keys.contains("image.data")) {
-        const json& es = keys["image.data"]["entry_shape"];
-        std::string dims;
-        for (size_t i = es.size() >= 2 ? es.size() - 2 : 0; i < es.size(); ++i)
-          dims += (dims.empty() ? "" : " x ") + std::to_string(es[i].get<uint64_t>());
-        o << "  e.g. module " << det << " " << modno << " : " << dims << " pixels\n";
-      }
-      o << "  " << src << "\n";
-      const json groups = s.value("index_groups", json::object());
-      if (groups.contains("image")) {
-        const uint64_t fpt = groups["image"]["max_entries_per_train"].get<uint64_t>();
-        o << "  " << fpt << " frames per train, up to " << fpt * n << " frames total\n";
-      }
-      o << "\n";
-    }
-  }
-  auto key_lines = [&](const json& keys, const std::string& group, const std::string& prefix) {
-    for (const auto& [k, kj] : keys.items()) {
-      if (!group.empty() && k.substr(0, k.find('.')) != group) continue;
-      o << prefix << k << "\t[" << (kj["dtype"].is_null() ? std::string("string") : numpy_name(kj["dtype"]));
-      if (!kj["entry_shape"].empty()) o << ", entry shape " << py_tuple(kj["entry_shape"]);
-      o << "]\n";
-    }
-  };
-  std::set<std::string> inst = instrument;
-  if (details) inst.insert(xtdf.begin(), xtdf.end());
-  o << inst.size() << (details ? " instrument sources:\n" : " instrument sources (excluding XTDF detectors):\n");
-  for (const std::string& name : inst) {
-    o << "  - " << name << "\n";
-    if (!details) continue;
-    const json& s = sources[name];
-    const json keys = s.value("keys", json::object());
-    const json groups = s.value("index_groups", json::object());
-    for (const auto& [g, gj] : groups.items()) {
-      o << "    - " << g << ":\n";
-      const uint64_t with = gj["trains_with_data"].get<uint64_t>();
-      o << "      data for " << with << " trains (" << percent(with, n) << "), up to "
-        << gj["max_entries_per_train"].get<uint64_t>() << " entries per train\n";
-      key_lines(keys, g, "      - ");
-    }
-  }
-  o << "\n" << control.size() << " control sources:\n";
-  for (const std::string& name : control) {
-    o << "  - " << name << "\n";
-    if (!details) continue;
-    o << "    - Control keys (1 entry per train):\n";
-    json keys = json::object();
-    const json all = sources[name].value("keys", json::object());
-    for (const auto& [k, kj] : all.items()) {
-      const std::string v = ".value";
-      if (k.size() > v.size() && k.compare(k.size() - v.size(), v.size(), v) == 0)
-        keys[k.substr(0, k.size() - v.size())] = kj;  // keys(inc_timestamps=False)
-    }
-    key_lines(keys, "", "      - ");
-  }
-  o << "\n";
-  if (!legacy.empty()) {
-    // Detector modules' legacy names condensed per detector, as EXtra-data prints them.
-    o << legacy.size() << " legacy source names:\n";
-    std::map<std::string, std::pair<std::string, size_t>> det_legacy;  // det -> canonical det, count
-    for (const std::string& name : legacy) {
-      const std::string target = sources[name]["legacy_name_of"].get<std::string>();
-      std::string det, modno, cdet, cmod;
-      if (xtdf_module(name, det, modno)) {
-        auto& e = det_legacy[det];
-        if (e.first.empty()) e.first = xtdf_module(target, cdet, cmod) ? cdet : target;
-        ++e.second;
-        continue;
-      }
-      o << " - " << name << " -> " << target << "\n";
-    }
-    for (const auto& [det, e] : det_legacy)
-      o << " - " << det << "/* -> " << e.first << "/* (" << e.second << ")\n";
-    o << "\n";
-  }
-  return o.str();
 }
 
 namespace {
@@ -382,7 +243,6 @@ class SourceDirProvider final : public DirProvider {
     for (const KeyInfo& k : keys) {
       if (!groups.count(k.group)) groups[k.group] = run->group_index(source, k.group);
       json side = key_sidecar(*run, source, k);
-      std::string text = k.is_array ? json_text(side) : std::string();
       if (k.is_array) {
         ArraySpec spec;
         spec.shape = Shape{k.rows};
@@ -395,17 +255,16 @@ class SourceDirProvider final : public DirProvider {
         out.push_back({k.name + ".npy", make_array_file(ctx_, ArrayFormat::Npy, spec, fmeta_)});
         out.push_back({k.name + ".raw", make_array_file(ctx_, ArrayFormat::Raw, std::move(spec), fmeta_)});
       }
-      if (k.is_array) {
-        out.push_back({k.name + ".json", make_text_file([text] { return text; }, fmeta_)});
-        continue;
-      }
-      // Non-arrays: the values of every row, read when the .json is first opened (listing
-      // reads no values).
+      // Rendered at its first stat or open (listing reads no values and no dataset of the
+      // other sequence files): the row blocks (every file's dataset metadata) and, for
+      // non-arrays, the values of every row.
       const std::string key = k.name;
+      const bool is_array = k.is_array;
       out.push_back({k.name + ".json", make_text_file(
-                                           [run, source, key, side] {
+                                           [run, source, key, side, is_array] {
                                              json j = side;
-                                             add_key_values(j, *run, source, key);
+                                             add_row_blocks(j, *run, source, key);
+                                             if (!is_array) add_key_values(j, *run, source, key);
                                              return json_text(j);
                                            },
                                            fmeta_)});

@@ -47,8 +47,13 @@ std::shared_ptr<euxfel::Run> open_run(Engine& engine, const std::string& dir, co
 // dtype, index group), trains with data per index group and per source, and the names of the
 // train ID / timestamp / flag files. Reads every source's key list (one file each).
 nlohmann::json run_summary_json(euxfel::Run& run);
-// extra-data-run-info's text (EXtra-data's DataCollection.info()) from a run_summary_json();
-// `details`: also every source's keys.
+// The text EXtra-data 1.24's DataCollection.info() prints (what `lsxfel RUN` prints after its
+// first line), from a run_summary_json() (vfs/run_info.cpp): trains, XTDF detector modules,
+// instrument and control sources with similar names grouped; `details`: every source on its
+// own with its keys, as info(details_for_sources=['*']).
 std::string run_info_text(const nlohmann::json& summary, bool details);
+// lsxfel's line for a run in a folder of runs ("  r0001 : Run of   64 trains, with   2 detector
+// files and   2 others"), followed by its sources and the size of its files, from its run.json.
+std::string run_line_text(const nlohmann::json& summary, const std::string& name);
 
 }  // namespace h5d::vfs

@@ -205,6 +205,10 @@ class OpenFile {
   }
   bool direct_io = false;  // only for files whose content changes (stats.json)
   bool keep_cache = true;  // files never change under a mount
+  // The source files the file's bytes come from, and how many of them the bound on
+  // descriptors (max_open_files) left unheld: the others are held open while this file is
+  // open, and keep being read if they are deleted or replaced meanwhile (hold_sources).
+  size_t source_files = 0, sources_unheld = 0;
   // Writable open files (rw mounts, vfs/writable.cpp). Defaults: Error(EBADF) / nothing to do.
   // write() returns the count written (always `size`); flush() runs on close (FUSE flush and
   // release) and fsync (durable: data reach the disk).

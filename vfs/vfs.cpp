@@ -146,6 +146,7 @@ Attr Vfs::attr_of(const Node& n) {
       break;
   }
   a.size = n.size();
+  a.blocks = a.kind == NodeKind::File && a.size > 0 ? 1 : 0;
   const VfsOptions& o = ctx_->opts;
   if (n.meta().live && o.revalidate > 0) a.cache_limit = o.revalidate;
   if (n.kind() == NodeKind::Directory) {
@@ -191,7 +192,24 @@ Attr Vfs::lookup(uint64_t parent, const std::string& name, const Caller* who) {
       check_access(*who, c->meta(), 0);
     }
   }
-  return attr_of(*c);
+  Attr a = attr_of(*c);
+  {
+    std::lock_guard<std::mutex> lk(names_mu_);
+    names_.try_emplace(a.ino, parent, name);
+  }
+  return a;
+}
+
+std::string Vfs::path_of(uint64_t ino) {
+  std::string path;
+  std::lock_guard<std::mutex> lk(names_mu_);
+  for (int depth = 0; ino != kRootIno && depth < 256; ++depth) {
+    auto it = names_.find(ino);
+    if (it == names_.end()) return "(inode " + std::to_string(ino) + ")" + path;
+    path = "/" + it->second.second + path;
+    ino = it->second.first;
+  }
+  return (ctx_->opts.exclude_path.empty() ? std::string(".") : ctx_->opts.exclude_path) + path;
 }
 
 std::vector<DirEntry> Vfs::readdir(uint64_t ino, const Caller* who) {
@@ -225,7 +243,24 @@ std::unique_ptr<OpenFile> Vfs::open(uint64_t ino, int flags, const Caller* who) 
   }
   opens_.fetch_add(1, std::memory_order_relaxed);
   if (for_write) return static_cast<FileNode&>(*n).open_write(flags);
-  return static_cast<FileNode&>(*n).open();
+  std::unique_ptr<OpenFile> f = static_cast<FileNode&>(*n).open();
+  if (f->sources_unheld > 0) {
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> lk(names_mu_);
+      first = warned_unheld_.insert(ino).second;
+    }
+    const size_t held = f->source_files - f->sources_unheld;
+    const std::string msg = path_of(ino) + ": holds " + std::to_string(held) + " of its " +
+                            std::to_string(f->source_files) + " source files open (max_open_files=" +
+                            std::to_string(engine_.options().max_open_files) +
+                            " bounds the files held for open readers): should one of the others be deleted or "
+                            "replaced while it is open, reads of its bytes fail with ESTALE (a mapping: SIGBUS); "
+                            "raise max_open_files to hold them all";
+    if (first) log::warn(msg);
+    else log::debug(msg);
+  }
+  return f;
 }
 
 void Vfs::set_writer(Writer* writer) {

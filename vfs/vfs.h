@@ -11,6 +11,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -31,6 +33,11 @@ struct Attr {
   uint64_t size = 0;
   mode_t mode = 0;  // type and permission bits, as st_mode
   uint32_t nlink = 1;
+  // 512-byte blocks the node claims to store (st_blocks): what du adds up. Virtual files store
+  // nothing (their bytes are computed when read), so none claims more than one block; a file
+  // that is not empty claims exactly one, since GNU tar --sparse archives a file of size > 0
+  // with no block at all as one hole, without reading it (docs/usage.md, "Shell tools").
+  uint64_t blocks = 0;
   uid_t uid = 0;
   gid_t gid = 0;
   timespec mtime{};
@@ -158,6 +165,8 @@ class Vfs {
 
  private:
   NodePtr node(uint64_t ino);  // Error(ENOENT) when unknown
+  // The path of a node looked up before, in the mount (for messages naming a reader's file).
+  std::string path_of(uint64_t ino);
   const Caller* deciding(const Caller* who) const;  // nullptr when the daemon does not check
   Attr attr_of(const Node& n);
 
@@ -168,6 +177,9 @@ class Vfs {
   std::mutex err_mu_;  // lock level 5 (docs/architecture.md), a leaf; guards errors_
   std::map<int, uint64_t> errors_;  // errno -> replies
   std::atomic<uint64_t> opens_{0};
+  std::mutex names_mu_;  // lock level 5 (docs/architecture.md), a leaf; guards names_, warned_unheld_
+  std::unordered_map<uint64_t, std::pair<uint64_t, std::string>> names_;  // ino -> parent, name
+  std::unordered_set<uint64_t> warned_unheld_;  // files whose unheld sources were warned of
 };
 
 }  // namespace h5d::vfs

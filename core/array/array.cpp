@@ -1,6 +1,7 @@
 #include "core/array/array.h"
 
 #include <algorithm>
+#include <set>
 
 #include "core/engine/threadpool.h"
 #include "core/error.h"
@@ -76,8 +77,7 @@ ArrayPtr ConcatArray::part_array(size_t i) const {
 }
 
 std::map<size_t, std::exception_ptr> ConcatArray::open_parts(const Region& r) const {
-  std::map<size_t, std::exception_ptr> failed;
-  if (!pool_ && !open_many_) return failed;
+  if (!pool_ && !open_many_) return {};
   std::vector<size_t> todo;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -87,6 +87,11 @@ std::map<size_t, std::exception_ptr> ConcatArray::open_parts(const Region& r) co
           if (!arrays_[i]) todo.push_back(i);
         });
   }
+  return open_parts(std::move(todo));
+}
+
+std::map<size_t, std::exception_ptr> ConcatArray::open_parts(std::vector<size_t> todo) const {
+  std::map<size_t, std::exception_ptr> failed;
   if (todo.size() < 2) return failed;
   if (open_many_) {
     std::vector<const Part*> many;
@@ -182,6 +187,56 @@ bool ConcatArray::file_runs(uint64_t off, uint64_t len, std::vector<FileRun>& ou
     pos += n;
   }
   return true;
+}
+
+void ConcatArray::source_files(std::vector<SourceFile>& out, size_t open_at_most) const {
+  // The parts of the first `open_at_most` files (in row order) are opened, at once.
+  std::vector<size_t> todo;
+  std::set<std::string> files;
+  size_t opened = parts_.size();
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    if (!files.count(parts_[i].file) && files.size() >= open_at_most) {
+      opened = i;
+      break;
+    }
+    files.insert(parts_[i].file);
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!arrays_[i]) todo.push_back(i);
+  }
+  const std::map<size_t, std::exception_ptr> failed = open_parts(std::move(todo));
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    if (i >= opened) {
+      out.push_back({parts_[i].file, {}});  // beyond the bound: not opened, not held
+      continue;
+    }
+    if (failed.count(i)) continue;  // cannot be read anyway: its reads say why
+    try {
+      part_array(i)->source_files(out, open_at_most);
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+HeldSources hold_sources(FdCache& fds, const Array& a) {
+  HeldSources h;
+  std::vector<SourceFile> files;
+  a.source_files(files, fds.hold_limit());
+  std::set<std::string> seen, paths;
+  for (const SourceFile& f : files) {
+    paths.insert(f.path);
+    if (f.id.ino == 0) continue;
+    if (!seen.insert(f.path + '\0' + std::to_string(f.id.ino) + ':' + std::to_string(f.id.mtime_ns)).second) continue;
+    bool bound = false;
+    if (auto held = fds.hold(f.path, f.id, &bound)) h.held.push_back(std::move(held));
+    else if (bound) ++h.refused;
+  }
+  // Files whose identity is unknown (parts not opened: beyond the bound) count as refused.
+  std::set<std::string> known;
+  for (const SourceFile& f : files)
+    if (f.id.ino != 0) known.insert(f.path);
+  h.refused += paths.size() - known.size();
+  h.files = paths.size();
+  return h;
 }
 
 void append_run(std::vector<FileRun>& out, const std::shared_ptr<const OpenFd>& fd, uint64_t file_off, uint64_t n) {

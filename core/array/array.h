@@ -15,6 +15,7 @@
 
 #include "core/vocab/dtype.h"
 #include "core/array/region.h"
+#include "core/engine/fd_cache.h"
 
 namespace h5d {
 
@@ -64,7 +65,12 @@ struct ByteSpan {
   bool empty() const { return hi <= lo; }
 };
 
-class OpenFd;
+// A file an array reads its bytes from, with the identity its metadata was read from (ino 0:
+// not known yet: a part of a concatenation not opened).
+struct SourceFile {
+  std::string path;
+  FileIdentity id;
+};
 
 // Bytes stored verbatim in a source file: n bytes at file offset `file_off` of `fd` (held open
 // while the run is in use).
@@ -120,8 +126,34 @@ class Array {
     return false;
   }
 
+  // The files this array reads its bytes from, appended to `out`, for a reader that holds them
+  // open while it has the array open (hold_sources): what the array opens on first use
+  // otherwise (a concatenation's parts, a VDS's sources) is opened now, at most `open_at_most`
+  // files of it (those beyond could not be held: they are appended with an unknown identity).
+  // Files read through libhdf5 are not listed (the HDF5 helper opens them by name). Default:
+  // none (arrays in memory).
+  virtual void source_files(std::vector<SourceFile>& out, size_t open_at_most) const {
+    (void)out;
+    (void)open_at_most;
+  }
+
+  // What of the array's storage cannot be read, found without reading its data (its chunk
+  // index, where its chunks and bytes lie against the file's size, missing VDS sources): one
+  // line saying why, or "" when everything can be read as far as that tells (a chunk may still
+  // fail to decode). For `h5direct info` of a damaged file. Default: "" (nothing to check).
+  virtual std::string damage() const { return {}; }
+
   uint64_t nbytes() const { return product(shape()) * dtype().itemsize; }
 };
+
+// The source files of an array held open (FdCache::hold) for as long as `held` lives: while
+// its reader has it open, the array keeps reading files deleted or replaced meanwhile.
+struct HeldSources {
+  std::vector<std::shared_ptr<const void>> held;
+  size_t files = 0;      // distinct source files
+  size_t refused = 0;    // of those, left unheld by the descriptor bound (max_open_files)
+};
+HeldSources hold_sources(FdCache& fds, const Array& a);
 
 // Appends a run to `out`, merged with the last one when it continues it in the same file.
 void append_run(std::vector<FileRun>& out, const std::shared_ptr<const OpenFd>& fd, uint64_t file_off, uint64_t n);
@@ -207,6 +239,9 @@ class ConcatArray final : public Array {
   bool decoded(const Region& r) const override;
   // The parts' runs, row block by row block (all parts' or none).
   bool file_runs(uint64_t off, uint64_t len, std::vector<FileRun>& out) const override;
+  // Opens the parts (in row order, as many as their files stay within `open_at_most`; all at
+  // once, as a read of them would) and lists theirs.
+  void source_files(std::vector<SourceFile>& out, size_t open_at_most) const override;
   size_t part_count() const { return parts_.size(); }
 
  private:
@@ -216,6 +251,7 @@ class ConcatArray final : public Array {
   // Opens the parts `r` touches that are not open yet, on pool_ at once; what each
   // failed open threw, by part, for for_each_part to rethrow where the part is reached.
   std::map<size_t, std::exception_ptr> open_parts(const Region& r) const;
+  std::map<size_t, std::exception_ptr> open_parts(std::vector<size_t> todo) const;
   std::vector<Part> parts_;
   OpenMany open_many_;
   ThreadPool* pool_ = nullptr;

@@ -145,6 +145,49 @@ class ChunkedArray final : public DatasetArray {
     return true;
   }
 
+  void source_files(std::vector<SourceFile>& out, size_t) const override { out.push_back({info_->file, st_.file_id}); }
+
+  // The chunk index, then every chunk's record against the file and the index (the checks of
+  // plan(), without reading a chunk).
+  std::string damage() const override {
+    const ChunkContext* ctx = nullptr;
+    try {
+      ctx = &context();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    uint64_t bad = 0, past = 0;
+    std::string first;
+    const uint64_t size = static_cast<uint64_t>(st_.file_id.size);
+    ctx->map.for_each([&](uint64_t lin, const fmt::ChunkLoc& loc) {
+      if (st_.file_id.ino != 0 && (loc.addr > size || loc.size > size - loc.addr)) {
+        ++past;
+        return;
+      }
+      Shape cc(ds_rank_);
+      uint64_t rest = lin;
+      for (size_t k = ds_rank_; k-- > 0;) {
+        cc[k] = rest % ctx->map.grid()[k];
+        rest /= ctx->map.grid()[k];
+      }
+      const std::string why = chunk_problem(*ctx, cc, lin, loc);
+      if (!why.empty() && bad++ == 0) first = "chunk " + coords_str(cc) + ": " + why;
+    });
+    std::string out;
+    if (past) {
+      uint64_t stored = 0;
+      try {
+        stored = fmt::read_stored_end(*engine_.fds().get(info_->file, &st_.file_id));
+      } catch (const std::exception&) {
+      }
+      out = std::to_string(past) + " of " + std::to_string(ctx->map.allocated()) +
+            " chunks lie past the end of the file (" +
+            (stored > size ? fmt::truncated_message(size, stored) : std::to_string(size) + " bytes") + ")";
+    }
+    if (bad) out += (out.empty() ? "" : "; ") + std::to_string(bad) + " chunk record(s) damaged: " + first;
+    return out;
+  }
+
   void plan_prefetch(const Region& r, ReadPlan& plan) const override {
     if (r.empty()) return;
     const ChunkContext& ctx = context();
@@ -230,7 +273,7 @@ class ChunkedArray final : public DatasetArray {
         fmt::FileGeometry geo = st_.geo;
         geo.stored_end = fmt::read_stored_end(*fd);
         ctx->map = fmt::read_chunk_map(src, geo, ctx->layout, dims, maxdims, h5_elem_size, filtered_);
-        FdCache::verify(info_->file, st_.file_id);
+        engine_.fds().recheck(info_->file, st_.file_id);
         if (ctx->map.beyond_extent)
           log::warn(what_ + ": chunk index: " + std::to_string(ctx->map.beyond_extent) +
                     " chunk record(s) beyond the current extent (inside the maximum one) ignored, as libhdf5 does");
@@ -486,7 +529,7 @@ class ChunkedArray final : public DatasetArray {
           auto buf = engine_.buffers().get(std::max<uint64_t>(hi - lo, Engine::kMaxScratchRequest));
           auto fd = engine_.fds().get(info_->file, &st_.file_id);
           engine_.source_read(fd->fd(), buf->data(), hi - lo, lo, info_->file);
-          FdCache::verify(info_->file, st_.file_id);
+          engine_.fds().recheck(info_->file, st_.file_id);
           engine_.stats().merged_requests.fetch_add(1, std::memory_order_relaxed);
           stored = std::move(buf);
         } catch (const std::exception&) {
@@ -559,7 +602,7 @@ class ChunkedArray final : public DatasetArray {
                                     file_key(info_->file));
         else
           engine_.source_read(fd->fd(), in.data(), loc.size, loc.addr, info_->file);
-        FdCache::verify(info_->file, st_.file_id);
+        engine_.fds().recheck(info_->file, st_.file_id);
       }
       const auto t1 = std::chrono::steady_clock::now();
       auto out = engine_.buffers().get(chunk_bytes_);

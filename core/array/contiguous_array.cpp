@@ -61,6 +61,23 @@ class ContiguousArray final : public DatasetArray {
     return true;
   }
 
+  std::string damage() const override {
+    if (addr_ == fmt::kUndefAddr || nbytes() == 0) return {};
+    if (nbytes() > stored_)
+      return "shape x itemsize (" + std::to_string(nbytes()) + " bytes) lies beyond its storage (" +
+             std::to_string(stored_) + " bytes)";
+    try {
+      check_in_file(file_id_, info_->file, addr_, nbytes(), "its bytes");
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return {};
+  }
+
+  void source_files(std::vector<SourceFile>& out, size_t) const override {
+    if (addr_ != fmt::kUndefAddr) out.push_back({info_->file, file_id_});
+  }
+
   void plan_prefetch(const Region& r, ReadPlan& plan) const override {
     if (r.empty() || addr_ == fmt::kUndefAddr) return;
     if (nbytes() > stored_) return;

@@ -87,7 +87,7 @@ void plan_runs(Engine& engine, const std::string& path, const FileIdentity& id, 
     plan.add([&engine, path, id, what, b = std::move(batch)] {
       auto fd = engine.fds().get(path, &id);
       for (const Run& r : b) engine.source_read(fd->fd(), r.dst, r.n, r.src, what);
-      FdCache::verify(path, id);
+      engine.fds().recheck(path, id);
     }, key);
     batch.clear();
     batch_bytes = 0;

@@ -15,6 +15,7 @@
 //                                      frame axis (frame n*C + c = entry n, cell c), E'' = E[1:];
 //                                      C = 1: E'' = E' as above
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -58,6 +59,15 @@ class StackArray final : public Array {
   // The modules' file runs, one cell (frames first) or one piece's entries (modules first) at a
   // time; false where a byte is fill or a module's array has no runs for it.
   bool file_runs(uint64_t off, uint64_t len, std::vector<FileRun>& out) const override;
+  // Every module's, the bound shared by them in module order.
+  void source_files(std::vector<SourceFile>& out, size_t open_at_most) const override {
+    for (const Module& m : modules_) {
+      if (!m.array) continue;
+      const size_t known = static_cast<size_t>(
+          std::count_if(out.begin(), out.end(), [](const SourceFile& f) { return f.id.ino != 0; }));
+      m.array->source_files(out, open_at_most > known ? open_at_most - known : 0);
+    }
+  }
 
   const std::vector<Module>& modules() const { return modules_; }
   const Layout& layout() const { return layout_; }

@@ -108,6 +108,41 @@ class VirtualArray final : public Array {
     plan.append(std::move(sub));
   }
 
+  // Missing sources (a read touching them is EIO, or fill with vds_missing=fill), and each
+  // source's own damage.
+  std::string damage() const override {
+    const Resolved& res = resolved();
+    if (res.use_fallback) return {};
+    size_t missing = 0;
+    std::string first;
+    for (size_t m = 0; m < res.sources.size(); ++m) {
+      std::string why = res.sources[m] ? res.sources[m]->damage() : res.errors[m];
+      if (why.empty()) continue;
+      if (missing++ == 0) first = why;
+    }
+    if (!missing) return {};
+    return std::to_string(missing) + " of " + std::to_string(res.sources.size()) +
+           " mappings' sources missing or damaged: " + first;
+  }
+
+  // The sources (a VDS maps each once, or a few times: sources are listed once per mapping and
+  // told apart by hold_sources).
+  void source_files(std::vector<SourceFile>& out, size_t open_at_most) const override {
+    const Resolved& res = resolved();
+    if (res.use_fallback) return;
+    thread_local int depth = 0;  // VDS over VDS: a chain that loops must not recurse forever
+    if (depth > 32) return;
+    ++depth;
+    try {
+      for (const ArrayPtr& src : res.sources)
+        if (src) src->source_files(out, open_at_most);
+    } catch (...) {
+      --depth;
+      throw;
+    }
+    --depth;
+  }
+
   void plan_prefetch(const Region& r, ReadPlan& plan) const override {
     if (r.empty()) return;
     const Resolved& res = resolved();

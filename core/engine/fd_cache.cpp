@@ -74,14 +74,135 @@ FileIdentity identity_expected(const std::string& path, const FileIdentity& expe
   return now;
 }
 
+std::string hold_key(const std::string& path, const FileIdentity& id) {
+  return path + '\0' + std::to_string(id.dev) + ':' + std::to_string(id.ino) + ':' + std::to_string(id.size) + ':' +
+         std::to_string(id.mtime_ns);
+}
+
 }  // namespace
+
+// The files held for open readers: (path, identity) -> descriptor and how many handles hold it.
+// Shared with the handles, which may outlive the cache.
+struct FdCache::Holds {
+  struct Entry {
+    std::shared_ptr<const OpenFd> fd;
+    unsigned holders = 0;
+  };
+  mutable std::mutex mu;  // lock level 5 (docs/architecture.md), a leaf; never taken with FdCache::mu_
+  std::unordered_map<std::string, Entry> map;
+  std::atomic<size_t> count{0};
+
+  void release(const std::string& key) {
+    std::shared_ptr<const OpenFd> last;  // closed outside the lock
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = map.find(key);
+    if (it == map.end() || --it->second.holders > 0) return;
+    last = std::move(it->second.fd);
+    map.erase(it);
+    count.fetch_sub(1, std::memory_order_relaxed);
+  }
+};
 
 void FdCache::verify(const std::string& path, const FileIdentity& expect) { identity_expected(path, expect); }
 
-FdCache::FdCache(unsigned max_open) : max_open_(max_open ? max_open : 1) {}
+void FdCache::recheck(const std::string& path, const FileIdentity& expect) const {
+  try {
+    identity_expected(path, expect);
+  } catch (const Error& e) {
+    if (e.code() != ESTALE || !held(path, expect)) throw;
+  }
+}
+
+FdCache::FdCache(unsigned max_open) : max_open_(max_open ? max_open : 1), holds_(std::make_shared<Holds>()) {}
+
+size_t FdCache::hold_limit() const { return max_open_ - std::max(1u, max_open_ / 8); }
+size_t FdCache::held_count() const { return holds_->count.load(std::memory_order_relaxed); }
+
+size_t FdCache::cache_capacity() const {
+  const size_t held = held_count();
+  return std::max<size_t>(max_open_ > held ? max_open_ - held : 0, std::max(1u, max_open_ / 8));
+}
+
+// The held descriptor of `path` as `expect`, when it is still that file (fstat: a file deleted
+// or renamed away keeps its identity; one modified in place does not).
+std::shared_ptr<const OpenFd> FdCache::held(const std::string& path, const FileIdentity& expect) const {
+  std::shared_ptr<const OpenFd> fd;
+  {
+    std::lock_guard<std::mutex> lk(holds_->mu);
+    auto it = holds_->map.find(hold_key(path, expect));
+    if (it == holds_->map.end()) return nullptr;
+    fd = it->second.fd;
+  }
+  struct stat st;
+  if (::fstat(fd->fd(), &st) != 0 || identity_of(st) != expect) return nullptr;
+  return fd;
+}
+
+std::shared_ptr<const void> FdCache::hold(const std::string& path, const FileIdentity& expect, bool* bound) {
+  if (bound) *bound = false;
+  const std::string key = hold_key(path, expect);
+  std::shared_ptr<Holds> holds = holds_;
+  auto handle = [&holds, &key](const std::shared_ptr<const OpenFd>& fd) {
+    return std::shared_ptr<const void>(fd.get(), [holds, key](const void*) { holds->release(key); });
+  };
+  {
+    std::lock_guard<std::mutex> lk(holds->mu);
+    auto it = holds->map.find(key);
+    if (it != holds->map.end()) {
+      ++it->second.holders;
+      return handle(it->second.fd);
+    }
+    if (holds->map.size() >= hold_limit()) {
+      if (bound) *bound = true;
+      return nullptr;
+    }
+  }
+  // Only a file still there as `expect` is taken hold of (a reader opening a file already
+  // deleted gets nothing of it): the cached descriptor when it is that file, else the file
+  // opened now.
+  struct stat now;
+  if (::stat(path.c_str(), &now) != 0 || identity_of(now) != expect) return nullptr;
+  std::shared_ptr<const OpenFd> fd;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = map_.find(path);
+    if (it != map_.end() && it->second->second->identity() == expect) fd = it->second->second;
+  }
+  if (!fd) {
+    const int f = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (f < 0) return nullptr;
+    struct stat st;
+    if (::fstat(f, &st) != 0 || identity_of(st) != expect) {
+      ::close(f);
+      return nullptr;
+    }
+    fd = std::make_shared<const OpenFd>(f, path, identity_of(st));
+  }
+  std::lock_guard<std::mutex> lk(holds->mu);
+  auto [it, fresh] = holds->map.try_emplace(key);
+  if (fresh) {
+    if (holds->map.size() > hold_limit()) {
+      holds->map.erase(it);
+      if (bound) *bound = true;
+      return nullptr;
+    }
+    it->second.fd = std::move(fd);
+    holds->count.fetch_add(1, std::memory_order_relaxed);
+  }
+  ++it->second.holders;
+  return handle(it->second.fd);
+}
 
 std::shared_ptr<const OpenFd> FdCache::get(const std::string& path, const FileIdentity* expect) {
-  const FileIdentity now = expect ? identity_expected(path, *expect) : current_identity(path);
+  FileIdentity now;
+  try {
+    now = expect ? identity_expected(path, *expect) : current_identity(path);
+  } catch (const Error& e) {
+    if (expect && e.code() == ESTALE) {
+      if (auto fd = held(path, *expect)) return fd;  // deleted or replaced, held for a reader
+    }
+    throw;
+  }
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = map_.find(path);
@@ -119,7 +240,8 @@ std::shared_ptr<const OpenFd> FdCache::get(const std::string& path, const FileId
   }
   lru_.emplace_front(path, entry);
   map_[path] = lru_.begin();
-  while (lru_.size() > max_open_) {
+  const size_t capacity = cache_capacity();
+  while (lru_.size() > capacity) {
     map_.erase(lru_.back().first);
     lru_.pop_back();
   }

@@ -56,18 +56,40 @@ class FdCache {
   explicit FdCache(unsigned max_open);
   // Returns an open descriptor for the file now at path (one stat per call: a cached descriptor
   // whose file was replaced is reopened). With `expect` (the identity the caller's metadata was
-  // read from), a file that changed or went away since throws Error(ESTALE). Else Error(errno).
+  // read from), a file that changed or went away since throws Error(ESTALE), unless it is held
+  // (hold) as `expect` and unchanged through its descriptor: then that descriptor. Else
+  // Error(errno).
   std::shared_ptr<const OpenFd> get(const std::string& path, const FileIdentity* expect = nullptr);
-  // Error(ESTALE) when the file at path is no longer `expect`. Called after reading bytes, so
-  // that bytes read while the file was being rewritten are never served.
+  // Error(ESTALE) when the file at path is no longer `expect` (the descriptor of a held one:
+  // still unchanged). Called after reading bytes, so that bytes read while the file was being
+  // rewritten are never served.
+  void recheck(const std::string& path, const FileIdentity& expect) const;
+  // The same check by name alone, for a process that holds nothing (the HDF5 helpers).
   static void verify(const std::string& path, const FileIdentity& expect);
   size_t open_count() const;
 
+  // Holds the file at `path` open as `expect` (the identity the metadata of an open reader's
+  // array was read from) for as long as the returned handle lives: deleted or replaced by
+  // another file meanwhile, it keeps being read through this descriptor (get, recheck), as an
+  // open file keeps its bytes after an unlink; modified in place, it fails with ESTALE as
+  // before. Null when the file at `path` is no longer `expect`, or when held files would pass
+  // the bound (`*bound` is then set): at most max_open - max(1, max_open / 8) distinct files are
+  // held at once, the rest of max_open is kept for the files being read (the cache shrinks by
+  // what is held).
+  std::shared_ptr<const void> hold(const std::string& path, const FileIdentity& expect, bool* bound = nullptr);
+  size_t held_count() const;
+  size_t hold_limit() const;
+
  private:
+  struct Holds;
+  std::shared_ptr<const OpenFd> held(const std::string& path, const FileIdentity& expect) const;
+  size_t cache_capacity() const;
+
   unsigned max_open_;
   mutable std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards lru_, map_
   std::list<std::pair<std::string, std::shared_ptr<const OpenFd>>> lru_;  // front = most recent
   std::unordered_map<std::string, decltype(lru_)::iterator> map_;
+  std::shared_ptr<Holds> holds_;  // shared with the handles hold() gives out
 };
 
 FileIdentity identity_of(const struct ::stat& st);

@@ -162,6 +162,7 @@ class Source {
   std::string keys_error_;
   std::map<std::string, std::shared_ptr<const GroupIndex>> groups_;
   std::map<std::string, ArrayPtr> arrays_;
+  bool infos_asked_ = false;  // every key's dataset metadata in every file asked for (key_row_blocks)
 };
 
 class Run {
@@ -203,6 +204,20 @@ class Run {
   // The train ID of every row of the key (KeyData.train_id_coordinates()).
   ArrayPtr key_train_ids(const std::string& source, const std::string& key);
 
+  // How a key's rows are stored: in row order, each run of rows that is one run of rows of one
+  // file's dataset (EXtra-data's blocks of a file, merged where they continue each other), with
+  // its trains and the dataset's chunk extent along rows (the file's own dataset metadata:
+  // asked of every file of the key at once, one HDF5 helper request per helper).
+  struct RowBlock {
+    size_t file = 0;                      // index into files()
+    uint64_t row = 0, rows = 0;           // the key's rows [row, row + rows)
+    uint64_t first = 0;                   // ... are the dataset's rows [first, first + rows)
+    uint64_t first_train = 0, last_train = 0;
+    uint64_t chunk_rows = 0;              // 0: not chunked
+    std::string error;                    // the dataset's metadata could not be read (chunk_rows 0)
+  };
+  std::vector<RowBlock> key_row_blocks(const std::string& source, const std::string& key);
+
   // Per run train (train_ids()), as EXtra-data's run.train_timestamps(): INDEX/timestamp (ns
   // since the epoch, UTC) from the first file (name order) holding the train, NaT (INT64_MIN)
   // where none has one (format 0.5 files have none); dtype <M8[ns]. Reads every file's
@@ -227,6 +242,10 @@ class Run {
 
   // RUN section values of a CONTROL source (SourceData.run_values()): key -> first element.
   Value run_values(const std::string& source);
+  // The RUN keys of a CONTROL source that are not CONTROL keys (EXtra-data's "additional run
+  // keys": run_values(inc_timestamps=False) less keys(inc_timestamps=False)), by name without
+  // `.value`, from the source's first file; `is_array` false for strings, as for keys.
+  std::vector<KeyInfo> run_only_keys(const std::string& source);
   // run.json: proposal, run, format version, files, sources, trains, METADATA values, errors.
   Value metadata() const;
   // Data errors found so far (duplicated trains, unreadable files skipped, ...).

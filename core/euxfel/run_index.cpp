@@ -279,6 +279,62 @@ ArrayPtr Run::key_array(const std::string& source, const std::string& key) {
   return a;
 }
 
+std::vector<Run::RowBlock> Run::key_row_blocks(const std::string& source, const std::string& key) {
+  KeyInfo k = this->key(source, key);
+  auto gi = group_index(source, k.group);
+  std::vector<RowBlock> out;
+  uint64_t row = 0;
+  for (const Block& b : gi->blocks) {
+    if (b.rows == 0) continue;
+    size_t i0 = 0, i1 = b.counts.size();
+    while (i0 < i1 && b.counts[i0] == 0) ++i0;
+    while (i1 > i0 && b.counts[i1 - 1] == 0) --i1;
+    if (!out.empty() && out.back().file == b.file && out.back().first + out.back().rows == b.first) {
+      out.back().rows += b.rows;  // continues the last block in its file (as key_array's parts)
+      if (i1 > i0) out.back().last_train = b.train_ids[i1 - 1];
+    } else {
+      RowBlock r;
+      r.file = b.file;
+      r.row = row;
+      r.rows = b.rows;
+      r.first = b.first;
+      if (i1 > i0) {
+        r.first_train = b.train_ids[i0];
+        r.last_train = b.train_ids[i1 - 1];
+      }
+      out.push_back(r);
+    }
+    row += b.rows;
+  }
+  // Every key of the source at once (their .json files are rendered together by `ls -l`, tar,
+  // a walk): the first asks for all their files' dataset metadata, in one HDF5 helper request
+  // per helper; the others find it cached.
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    Source& s = source_mut(source);
+    first = !s.infos_asked_;
+    s.infos_asked_ = true;
+  }
+  if (first) {
+    std::vector<std::pair<std::string, std::string>> items;
+    for (const KeyInfo& other : keys(source)) {
+      for (const Block& b : group_index(source, other.group)->blocks)
+        if (b.rows) items.emplace_back(files_[b.file].path, other.dset_path);
+    }
+    H5File::prefetch_infos(engine_, items);
+  }
+  for (RowBlock& r : out) {
+    try {
+      auto info = engine_.open_file(files_[r.file].path)->dataset_info(k.dset_path);
+      if (!info->chunks.empty()) r.chunk_rows = info->chunks[0];
+    } catch (const std::exception& e) {
+      r.error = e.what();
+    }
+  }
+  return out;
+}
+
 ArrayPtr Run::key_train_ids(const std::string& source, const std::string& key) {
   KeyInfo k = this->key(source, key);
   return group_index(source, k.group)->row_train_ids;

@@ -3,6 +3,7 @@
 #include "core/euxfel/run.h"
 
 #include <algorithm>
+#include <set>
 
 #include "core/engine/engine.h"
 #include "core/error.h"
@@ -13,6 +14,7 @@
 
 namespace h5d::euxfel {
 
+using detail::ends_with;
 using detail::first_element;
 
 namespace {
@@ -91,6 +93,39 @@ Value Run::run_values(const std::string& source) {
       out.set(k, err);
     }
   }
+  return out;
+}
+
+std::vector<KeyInfo> Run::run_only_keys(const std::string& source) {
+  std::vector<KeyInfo> out;
+  if (!this->source(source).is_control()) return out;
+  std::set<std::string> control;
+  for (const KeyInfo& k : keys(source)) control.insert(k.name);
+  const Source& s = this->source(source);
+  const std::string base = "/RUN/" + (s.alias_of_.empty() ? s.name_ : s.alias_of_);
+  auto f = engine_.open_file(files_[s.files_.front()].path);
+  std::vector<std::string> rels, paths;
+  for (const std::string& rel : meta::list_datasets(*f, base)) {
+    std::string k = rel;
+    std::replace(k.begin(), k.end(), '/', '.');
+    if (!ends_with(k, ".value") || control.count(k)) continue;
+    rels.push_back(k.substr(0, k.size() - 6));
+    paths.push_back(base + "/" + rel);
+  }
+  const auto details = f->datasets_details(base, paths);  // one helper request for all
+  for (size_t i = 0; i < paths.size(); ++i) {
+    KeyInfo k;
+    k.name = rels[i];
+    k.dset_path = paths[i];
+    const DatasetInfo& info = *details[i];
+    k.is_array = info.is_array && info.dtype.typestr.find_first_of("SU") == std::string::npos;
+    k.why_not_array = info.is_array ? "a string" : info.why_not_array;
+    k.hdf5_type = info.hdf5_type;
+    k.dtype = info.dtype;
+    if (!info.shape.empty()) k.entry_shape.assign(info.shape.begin() + 1, info.shape.end());
+    out.push_back(std::move(k));
+  }
+  std::sort(out.begin(), out.end(), [](const KeyInfo& a, const KeyInfo& b) { return a.name < b.name; });
   return out;
 }
 

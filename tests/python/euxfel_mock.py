@@ -611,6 +611,36 @@ def build(outdir, scenario='basic', format_version='1.3', overview=False, module
     return run_dir
 
 
+def expected_stack(outdir, manifest, key='image.data'):
+    """AGIPD1M(run)[key].ndarray() of a run build() wrote, from the per-module expected arrays:
+    every module's frames aligned by train (trains where a module has no data filled with 0, a
+    leading length-1 entry axis dropped), and the train ID of every frame. The modules agree on
+    the frame count of each train (asserted)."""
+    exp = osp.join(outdir, 'expected')
+    mods = sorted((k for k in manifest['keys'] if k['key'] == key),
+                  key=lambda k: int(k['source'].split('/')[-1].split('CH')[0]))
+    data = [np.load(osp.join(exp, k['data'])) for k in mods]
+    tids = [np.load(osp.join(exp, k['train_ids'])) for k in mods]
+    det_trains = np.unique(np.concatenate(tids))
+    per_train = {}
+    for t in tids:
+        for tr, n in zip(*np.unique(t, return_counts=True)):
+            assert per_train.setdefault(int(tr), n) == n   # modules agree
+    frames = sum(per_train[int(t)] for t in det_trains)
+    if data[0].ndim > 1 and data[0].shape[1] == 1:   # a leading length-1 entry axis: dropped
+        data = [d[:, 0] for d in data]
+    e = np.zeros((len(mods), frames) + data[0].shape[1:], data[0].dtype)
+    for mi, (d, t) in enumerate(zip(data, tids)):
+        pos = 0
+        for tr in det_trains:
+            n = per_train[int(tr)]
+            rows = d[t == tr]
+            if len(rows):
+                e[mi, pos:pos + n] = rows
+            pos += n
+    return e, np.repeat(det_trains, [per_train[int(t)] for t in det_trains])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('outdir')

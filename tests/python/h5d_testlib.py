@@ -121,6 +121,18 @@ def write_corrupt_chunk_file(path):
         fh.write(b'\xff' * 64)
 
 
+def h5_files_holding(directory, path):
+    """(name, open h5py.File) of each .h5 file of `directory`, in name order, that holds `path`
+    (each file closed when the next is asked for)."""
+    import h5py
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith('.h5'):
+            continue
+        with h5py.File(osp.join(directory, name), 'r') as f:
+            if path in f:
+                yield name, f
+
+
 def descr_to_dtype(descr):
     """numpy dtype from the sidecar's JSON dtype (a string or numpy's descr list as lists)."""
     def conv(d):

@@ -5,8 +5,9 @@ The promise (docs/semantics.md, "Files that change"): h5direct records each file
 source changed reads the metadata again and serves the new contents (the kernel's cached pages
 are dropped); a read through a handle opened before the change fails with ESTALE, never returning
 new bytes mixed with old ones; a file that changed is listed again (at a lookup, at most once per
--o revalidate seconds), so a grown dataset shows its new shape and a new dataset appears; a
-deleted file's reads fail with ESTALE. Each failure is one log line naming the file."""
+-o revalidate seconds), so a grown dataset shows its new shape and a new dataset appears; an open
+file keeps reading a source deleted or replaced by rename (its descriptor is held), while opens
+made after it fail with ESTALE. Each failure is one log line naming the file."""
 import errno
 import json
 import os
@@ -204,6 +205,9 @@ def test_revalidate_0_keeps_listings(src, mount):
 
 
 def test_deleted_file(src, mount):
+    """An open file keeps reading a deleted source (its descriptor is held: test_deleted_sources.py);
+    an open made after the deletion (through a name the kernel still caches) reads nothing of it
+    but the pages the kernel already held, and its failed reads are logged saying so."""
     p = osp.join(src, 'run.h5')
     m = mount(src)
     path = m.path('run.h5', 'contig.raw')
@@ -212,19 +216,16 @@ def test_deleted_file(src, mount):
     try:
         assert os.pread(fd, 4096, 0) == old[:4096]
         os.unlink(p)
-        with pytest.raises(OSError) as e:
-            os.pread(fd, 65536, len(old) // 2)
-        assert e.value.errno == errno.ESTALE
+        assert os.pread(fd, 65536, len(old) // 2) == old[len(old) // 2:len(old) // 2 + 65536]
     finally:
         os.close(fd)
-    # new opens: cached names may still resolve, but no read returns bytes of a deleted file
-    # except those the kernel already held
     try:
         got = _pread(path, len(old) - 65536, 65536)
         assert got == old[len(old) - 65536:]
     except OSError as e:
         assert e.errno in (errno.ESTALE, errno.ENOENT, errno.EIO)
-    assert 'run.h5' in m.log() and 'deleted' in m.log(), m.log()
+        if e.errno == errno.ESTALE:
+            assert 'run.h5' in m.log() and 'deleted' in m.log(), m.log()
     np.testing.assert_array_equal(np.load(m.path('other.h5', 'contig.npy')),
                                   _expected(osp.join(src, 'other.h5'), 'contig'))
     assert m.proc.poll() is None

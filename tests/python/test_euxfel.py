@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 import euxfel_mock  # noqa: E402
-from h5d_testlib import BIN, Mount, make_tmpdir  # noqa: E402
+from h5d_testlib import BIN, Mount, h5_files_holding, make_tmpdir  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not BIN or not osp.exists(BIN),
                                 reason='H5DIRECT_BIN (the built mount.h5direct) is not set')
@@ -171,31 +171,77 @@ def test_generated_run_has_a_usable_detector(mount_factory):
         ddir = osp.join(root, 'SPB_DET_AGIPD1M-1')
         info = json.load(open(osp.join(ddir, 'detector.json')))
         assert info['usable'], info
-        exp = osp.join(out, 'expected')
-        mods = sorted((k for k in m['keys'] if k['key'] == 'image.data'),
-                      key=lambda k: int(k['source'].split('/')[-1].split('CH')[0]))
-        data = [np.load(osp.join(exp, k['data'])) for k in mods]
-        tids = [np.load(osp.join(exp, k['train_ids'])) for k in mods]
-        det_trains = np.unique(np.concatenate(tids))
-        per_train = {}
-        for t in tids:
-            for tr, n in zip(*np.unique(t, return_counts=True)):
-                assert per_train.setdefault(int(tr), n) == n   # modules agree
-        frames = sum(per_train[int(t)] for t in det_trains)
-        if data[0].ndim > 1 and data[0].shape[1] == 1:   # a leading length-1 entry axis: dropped
-            data = [d[:, 0] for d in data]
-        e = np.zeros((len(mods), frames) + data[0].shape[1:], data[0].dtype)
-        for mi, (d, t) in enumerate(zip(data, tids)):
-            pos = 0
-            for tr in det_trains:
-                n = per_train[int(tr)]
-                rows = d[t == tr]
-                if len(rows):
-                    e[mi, pos:pos + n] = rows
-                pos += n
+        e, frame_tids = euxfel_mock.expected_stack(out, m)
         got = np.load(osp.join(ddir, 'image.data.npy'))
         assert got.shape == e.shape and np.array_equal(got, e)
-        assert np.array_equal(np.load(osp.join(ddir, '.train_ids', 'image.npy')),
-                              np.repeat(det_trains, [per_train[int(t)] for t in det_trains]))
+        assert np.array_equal(np.load(osp.join(ddir, '.train_ids', 'image.npy')), frame_tids)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _row_blocks_from_files(run_dir, source, section, group, dset_path):
+    """The blocks of a key's rows as EXtra-data reads them, from the sequence files (h5py): per
+    file holding the source, its trains (INDEX/trainId without the zero padding) and the group's
+    INDEX first/count cut to them; each file's rows are one block, [first[0], first[0] +
+    sum(count)) of its dataset (every train included: inc_suspect_trains). Blocks in order of
+    their first train; files without rows give none."""
+    blocks = []
+    for name, f in h5_files_holding(run_dir, f'{section}/{source}'):
+        tids = f['INDEX/trainId'][:]
+        tids = tids[tids != 0]
+        ipath = f'INDEX/{source}' + (f'/{group}' if group else '')
+        first = f[ipath + '/first'][:len(tids)].astype(np.int64)
+        count = f[ipath + '/count'][:len(tids)].astype(np.int64)
+        n = int(count.sum())
+        if n == 0:
+            continue
+        d = f[dset_path]
+        row_tids = np.repeat(tids, count)
+        blocks.append(dict(file=name, dataset_rows=[int(first[0]), int(first[0]) + n],
+                           first_train=int(row_tids[0]), last_train=int(row_tids[-1]),
+                           chunk_rows=d.chunks[0] if d.chunks else None, n=n, t0=int(tids[0])))
+    blocks.sort(key=lambda b: b['t0'])
+    pos = 0
+    for b in blocks:
+        b['rows'] = [pos, pos + b['n']]
+        pos += b['n']
+        del b['n'], b['t0']
+    return blocks
+
+
+def test_key_sidecar_gives_train_range_and_row_chunking(mount_factory):
+    """A key's .json gives its first and last train ID and how its rows are stored: one block per
+    sequence file's rows (rows, the file, its dataset's rows, train range, the dataset's chunk
+    rows), and row_chunks, those blocks' row counts, ready for dask's chunks= (each dask chunk
+    then reads one file). The oracle: h5py reading each sequence file's INDEX and dataset."""
+    da = pytest.importorskip('dask.array')
+    out, m = make_run(format_version='1.3')
+    try:
+        root = mount_factory(m['run_dir'])
+        checked = 0
+        for k in m['keys']:
+            src_dir = osp.join(root, *k['source'].split('/'))
+            side = json.load(open(osp.join(src_dir, k['key'] + '.json')))
+            tids = np.load(osp.join(src_dir, side['train_ids']))
+            if k['rows'] == 0:
+                assert side['first_train'] is None and side['last_train'] is None
+                assert side['row_blocks'] == [] and side['row_chunks'] == []
+                continue
+            assert side['first_train'] == int(tids[0]) and side['last_train'] == int(tids[-1]), k
+            want = _row_blocks_from_files(m['run_dir'], k['source'], side['section'], k['group'],
+                                          side['dataset_path'])
+            assert side['row_blocks'] == want, (k, side['row_blocks'], want)
+            assert side['row_chunks'] == [b['rows'][1] - b['rows'][0] for b in want]
+            assert sum(side['row_chunks']) == side['rows']
+            if k['is_array'] and k['key'] == 'image.data':
+                a = np.load(osp.join(src_dir, k['key'] + '.npy'), mmap_mode='r')
+                x = da.from_array(a, chunks=(tuple(side['row_chunks']),) + a.shape[1:])
+                assert np.array_equal(x.compute(), np.load(osp.join(out, 'expected', k['data'])))
+            checked += 1
+        # sequence breaks differ per module: several files, chunk rows differing between files
+        assert checked > 10
+        assert any(len({b['chunk_rows'] for b in json.load(open(osp.join(
+            root, *k['source'].split('/'), k['key'] + '.json')))['row_blocks']}) > 1
+            for k in m['keys'] if k['rows'])
     finally:
         shutil.rmtree(out, ignore_errors=True)

@@ -198,7 +198,12 @@ def test_mounted_or_nonempty_mount_point_refused_unless_nonempty(srcdir, mount):
     open(osp.join(full, 'keep.txt'), 'w').close()
     try:
         r = run([srcdir, m.mnt], timeout=20)
-        assert r.returncode != 0 and 'already a mount point' in r.stderr and 'nonempty' in r.stderr, r.stderr
+        assert r.returncode != 0 and 'already a mount point' in r.stderr, r.stderr
+        # the way out is to unmount (and how, busy or not), not -o nonempty, which would stack
+        # a second daemon over the first
+        assert f'fusermount3 -u {m.mnt}' in r.stderr and f'fusermount3 -u -z {m.mnt}' in r.stderr, r.stderr
+        assert 'nonempty' not in r.stderr, r.stderr
+        assert len([ln for ln in open('/proc/mounts') if ln.split()[1] == m.mnt]) == 1
         r = run([srcdir, full], timeout=20)
         assert r.returncode != 0 and 'not empty' in r.stderr, r.stderr
     finally:
@@ -340,12 +345,18 @@ def test_log_file_when_daemonized(srcdir, mntdir):
 
 
 def test_no_syslog_warns_before_daemonizing(srcdir, mntdir):
+    """The warning names where the recent lines are: this mount's .h5direct/log, not a
+    placeholder."""
     if osp.exists('/dev/log'):
         pytest.skip('this machine has a syslog socket')
     r = run([srcdir, mntdir])
     try:
         assert r.returncode == 0, r.stderr
         assert 'no syslog' in r.stderr and 'log=FILE' in r.stderr, r.stderr
+        log = osp.join(osp.realpath(mntdir), '.h5direct', 'log')
+        assert log in r.stderr and 'MNT/' not in r.stderr, r.stderr
+        # the file it names is there and holds the daemon's lines
+        assert 'serving ' + osp.realpath(srcdir) in open(log).read()
     finally:
         tl.unmount(mntdir)
 

@@ -195,6 +195,43 @@ def test_damaged_chunk_is_found_in_log_and_stats():
         m.close()
 
 
+def test_each_failed_read_is_logged_once():
+    """One failure, one line: the kernel asks again for the page a failed read needed (a failed
+    read-ahead, then the page itself; a mapping's fault two or three times), and each of those
+    requests fails on the same damaged chunk. Three readers each meet the damaged chunk once: a
+    pread, a mapping (the process dies of SIGBUS) and cat, each through another virtual file;
+    the log has one error line for each, naming the chunk, and stats.json keeps three recent
+    errors, while every error reply is still counted."""
+    d = make_tmpdir('h5d-obs-once-')
+    for name in ('a.h5', 'b.h5'):
+        tl.write_corrupt_chunk_file(osp.join(d, name))
+    m = Mount(d)
+    try:
+        fd = os.open(m.path('a.h5', 'z.raw'), os.O_RDONLY)
+        try:
+            with pytest.raises(OSError) as e:
+                os.pread(fd, 4, 35000 * 4)
+            assert e.value.errno == errno.EIO
+        finally:
+            os.close(fd)
+        touch = ("import numpy as np; a = np.load(%r, mmap_mode='r'); print(int(a[35000]))"
+                 % m.path('a.h5', 'z.npy'))
+        r = subprocess.run(['/usr/bin/python3', '-c', touch], capture_output=True, timeout=60)
+        assert r.returncode == -7, r   # SIGBUS: the page cannot be read
+        r = subprocess.run(['cat', m.path('b.h5', 'z.raw')], capture_output=True, timeout=60)
+        assert r.returncode != 0 and b'Input/output error' in r.stderr, r
+        lines = [ln for ln in m.log().splitlines() if ': error: ' in ln]
+        assert len(lines) == 3, '\n'.join(lines)
+        assert all('/z: chunk (3)' in ln for ln in lines), lines
+        assert sum('a.h5:/z' in ln for ln in lines) == 2 and sum('b.h5:/z' in ln for ln in lines) == 1
+        s = m.stats()
+        assert len([r for r in s['recent_errors'] if r['chunk'] == '(3)']) == 3, s['recent_errors']
+        assert s['errors_reported'] == 3
+        assert s['error_replies']['EIO'] >= 3 and s['errors']['io'] == s['error_replies']['EIO']
+    finally:
+        m.close()
+
+
 def h5py_truncation(path):
     """(eof, stored_eof) from h5py's refusal of a truncated file: the independent oracle."""
     with pytest.raises(OSError) as e:

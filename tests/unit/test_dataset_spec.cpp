@@ -14,21 +14,14 @@
 #include "core/error.h"
 #include "core/write/writer.h"
 #include "vfs/dataset_spec.h"
+#include "tests/support/errno_of.h"
 #include "vfs/npy.h"
 
 using namespace h5d;
 using namespace h5d::vfs;
+using h5d::test::errno_of;
 
 namespace {
-
-int errno_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  return 0;
-}
 
 NewDataset spec(Shape shape, std::string typestr, Shape chunks = {}, std::string compression = "") {
   NewDataset d;

@@ -30,6 +30,7 @@
 #include "helper/h5lib.h"
 #include "core/array/region.h"
 #include "core/write/writer.h"
+#include "tests/support/errno_of.h"
 #include "tests/support/h5fixture.h"
 
 using namespace h5d;
@@ -54,17 +55,6 @@ std::string fresh_path(const std::string& name) {
   const std::string p = scratch_path("writer_" + name + "_" + std::to_string(++n) + ".h5");
   ::unlink(p.c_str());
   return p;
-}
-
-// The errno of the h5d::Error `fn` throws; 0 when it throws nothing.
-template <class Fn>
-int errno_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const h5d::Error& e) {
-    return e.code();
-  }
-  return 0;
 }
 
 size_t itemsize_of(const std::string& ts) { return std::stoul(ts.substr(2)); }
