@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "core/engine/engine.h"
+#include "core/array/reader.h"
 #include "core/h5lib/h5file.h"
+#include "core/h5lib/h5files.h"
 
 int main(int argc, char** argv) {
   if (argc < 4) {
@@ -23,11 +25,12 @@ int main(int argc, char** argv) {
     o.threads = static_cast<unsigned>(std::atoi(argv[3]));
     o.cache_bytes = 32 << 20;
     h5d::Engine e(o);
-    auto a = e.open_file(argv[1])->dataset_array(argv[2]);
+    h5d::H5Files files(e, {});
+    auto a = files.open(argv[1])->dataset_array(argv[2]);
     std::vector<uint8_t> out(a->nbytes());
-    e.read_bytes(*a, 0, 1, out.data());  // chunk map outside the timing
+    h5d::read_bytes(e, *a, 0, 1, out.data());  // chunk map outside the timing
     auto t0 = std::chrono::steady_clock::now();
-    e.read_bytes(*a, 0, out.size(), out.data());
+    h5d::read_bytes(e, *a, 0, out.size(), out.data());
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     gb = double(out.size()) / 1e9;
   }

@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "core/engine/engine.h"
+#include "core/array/reader.h"
 #include "core/h5lib/h5file.h"
+#include "core/h5lib/h5files.h"
 
 using Clock = std::chrono::steady_clock;
 
@@ -78,11 +80,12 @@ int main(int argc, char** argv) {
       o.threads = t;
       o.cache_bytes = 64 << 20;  // smaller than the data: no cache hits between rounds
       h5d::Engine e(o);
-      auto a = e.open_file(path)->dataset_array("/data");
+      h5d::H5Files files(e, {});
+      auto a = files.open(path)->dataset_array("/data");
       std::vector<uint8_t> head(1);
-      e.read_bytes(*a, 0, 1, head.data());  // load the chunk map outside the timing
+      h5d::read_bytes(e, *a, 0, 1, head.data());  // load the chunk map outside the timing
       auto t0 = Clock::now();
-      e.read_bytes(*a, 0, a->nbytes(), reinterpret_cast<uint8_t*>(out.data()));
+      h5d::read_bytes(e, *a, 0, a->nbytes(), reinterpret_cast<uint8_t*>(out.data()));
       times[t].push_back(seconds_since(t0));
     }
   }

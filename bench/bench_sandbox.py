@@ -58,7 +58,7 @@ if not osp.isdir(mutants):
     for i in range(args.mutants):
         base = bases[i % len(bases)]
         with open(base, 'rb') as f:
-            data = test_mutation.mutate(f.read(), rng)
+            data, _ = test_mutation.mutate(f.read(), rng)
         with open(osp.join(mutants, f'm{i:04d}.h5'), 'wb') as f:
             f.write(data)
 

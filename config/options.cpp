@@ -176,13 +176,13 @@ const std::vector<Option>& options() {
       {{"max_open_files", "N", "128", "file descriptors kept open (1-1048576)"},
        [](const Arg& a) { a.m.engine.max_open_files = static_cast<unsigned>(a.uint(1, 1u << 20)); }},
       {{"hdf5_helpers", "N", "2", "helper processes that run libhdf5 for the daemon (1-64)"},
-       [](const Arg& a) { a.m.engine.helper.count = static_cast<unsigned>(a.uint(1, 64)); }},
+       [](const Arg& a) { a.m.helper.count = static_cast<unsigned>(a.uint(1, 64)); }},
       {{"hdf5_timeout", "S", "30", "seconds a libhdf5 call may take before its helper (or a written file's writer process) is killed; a read helper's file is marked bad (1-3600)"},
-       [](const Arg& a) { a.m.engine.helper.timeout_ms = static_cast<unsigned>(a.uint(1, 3600)) * 1000; }},
+       [](const Arg& a) { a.m.helper.timeout_ms = static_cast<unsigned>(a.uint(1, 3600)) * 1000; }},
       {{"sandbox", "all|strict|log|off", "all", "the HDF5 helpers' sandbox: every layer this kernel has (all), refuse to mount unless every layer holds (strict), the system call filter only logging what it would refuse (log: to learn what a libhdf5 build calls), none (off: debugging only, logged as a warning)"},
        [](const Arg& a) {
          static const SandboxMode modes[] = {SandboxMode::All, SandboxMode::Strict, SandboxMode::Log, SandboxMode::Off};
-         a.m.engine.helper.sandbox = modes[a.choice("all|strict|log|off")];
+         a.m.helper.sandbox = modes[a.choice("all|strict|log|off")];
        }},
       {{"vds_missing", "error|fill", "error", "a read touching a missing VDS source: EIO, or the fill value"},
        [](const Arg& a) { a.m.engine.vds_missing_fill = a.choice("error|fill") == 1; }},

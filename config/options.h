@@ -12,6 +12,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/engine/engine.h"
+#include "core/h5lib/h5helper.h"
 #include "core/write/writer.h"
 #include "fusefs/fuse_options.h"
 #include "vfs/vfs_options.h"
@@ -34,6 +35,7 @@ struct MountOptions {
   std::string log_file;     // -o log=FILE: the log once the mount exists (else syslog/stderr)
   bool nonempty = false;    // -o nonempty: a non-empty directory or a mount point may be mounted on
   EngineOptions engine;
+  HelperOptions helper;     // the HDF5 helpers: hdf5_helpers=, hdf5_timeout=, sandbox= (paths set by the daemon)
   WriterOptions writer;     // -o write_compression=, write_level=, write_existing (with writable)
   vfs::VfsOptions vfs;      // vfs.writable: -o writable (never the generic rw of mount(8))
   fusefs::FuseOptions fuse;

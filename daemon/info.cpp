@@ -15,6 +15,7 @@
 
 #include "config/options.h"
 #include "core/engine/engine.h"
+#include "core/h5lib/h5files.h"
 #include "core/error.h"
 #include "core/euxfel/run.h"
 #include "core/fmt/chunk_index.h"
@@ -79,15 +80,15 @@ std::string base_name(std::string path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-// The engine `info` reads files with (HDF5 helpers, as in a mount), made at its first use;
+// The files `info` reads (through HDF5 helpers, as in a mount), opened at the first use;
 // warnings (files skipped, data errors) go to stderr, every line with -o debug.
 class Reader {
  public:
   Reader(const std::string& program, config::InfoOptions& o) : program_(program), o_(o) {}
-  Engine& engine() {
-    if (!engine_) {
-      o_.m.engine.helper.path = find_helper();
-      if (o_.m.engine.helper.path.empty())
+  H5Files& files() {
+    if (!files_) {
+      o_.m.helper.path = find_helper();
+      if (o_.m.helper.path.empty())
         throw std::runtime_error("h5direct-helper not found beside this program (nor in ../libexec/h5direct)");
       const bool all = o_.m.debug;
       const std::string program = program_;
@@ -96,15 +97,16 @@ class Reader {
         if (all || l >= log::Level::Warn) std::fprintf(stderr, "%s: %s\n", program.c_str(), msg.c_str());
       });
       engine_ = std::make_unique<Engine>(o_.m.engine);
+      files_ = std::make_unique<H5Files>(*engine_, o_.m.helper);
     }
-    return *engine_;
+    return *files_;
   }
   // A run's run.json: read in a mount, else made from its files as a mount's run view makes it
   // (EXtra-data's files map included).
   nlohmann::json summary(const std::string& dir) {
     nlohmann::json j;
     if (read_mounted_summary(dir, j)) return j;
-    auto run = vfs::open_run(engine(), dir, o_.m.vfs);
+    auto run = vfs::open_run(files(), dir, o_.m.vfs);
     return vfs::run_summary_json(*run);
   }
 
@@ -112,6 +114,7 @@ class Reader {
   std::string program_;
   config::InfoOptions& o_;
   std::unique_ptr<Engine> engine_;
+  std::unique_ptr<H5Files> files_;  // destroyed before the engine
 };
 
 // ---- An HDF5 file -------------------------------------------------------------------------------
@@ -252,7 +255,7 @@ int file_info(Reader& reader, const config::InfoOptions& o) {
   if (!cut.empty()) summary["truncated"] = cut;
   FileWalk w;
   try {
-    walk_file(*reader.engine().open_file(o.path), "/", 0, w);
+    walk_file(*reader.files().open(o.path), "/", 0, w);
   } catch (const std::exception& e) {
     throw std::runtime_error(std::string("nothing in it can be read: ") + e.what());
   }
@@ -335,7 +338,7 @@ int run_info(const std::string& program, const std::vector<std::string>& args) {
     std::fprintf(stderr, "%s info: %s: %s\n", program.c_str(), o.path.c_str(), why.c_str());
     return kNothingRead;
   }
-  o.m.engine.helper.roots = {o.path};  // what the helpers may open (core/h5lib/broker.h)
+  o.m.helper.roots = {o.path};  // what the helpers may open (core/h5lib/broker.h)
   Reader reader(program, o);
   try {
     if (is_file) return file_info(reader, o);  // an HDF5 file: its datasets

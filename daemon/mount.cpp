@@ -33,6 +33,7 @@
 #include "config/options.h"
 #include "core/engine/engine.h"
 #include "core/h5lib/h5helper.h"
+#include "core/h5lib/h5files.h"
 #include "core/h5lib/metadata.h"
 #include "core/h5lib/sandbox_plan.h"
 #include "daemon/privileges.h"
@@ -309,7 +310,7 @@ std::string check_paths(config::MountOptions& m) {
 // requests and answers, 4 each to be safe); and two per FUSE thread (a thread listing a
 // directory holds it open while it opens each entry to read its signature).
 uint64_t fds_besides_cache(const config::MountOptions& m) {
-  return 16 + 4ull * m.engine.helper.count + 2ull * m.fuse.max_threads;
+  return 16 + 4ull * m.helper.count + 2ull * m.fuse.max_threads;
 }
 
 // max_open_files and the thread counts against RLIMIT_NOFILE and RLIMIT_NPROC: the soft limit
@@ -343,7 +344,7 @@ std::string check_limits(config::MountOptions& m) {
   if (::geteuid() != 0 && ::getrlimit(RLIMIT_NPROC, &nproc) == 0 && nproc.rlim_cur != RLIM_INFINITY) {
     // Threads count against the user's process limit: decode threads, FUSE threads, helpers
     // and the daemon's own (signal watcher, main; 8 to spare).
-    const uint64_t need = uint64_t(m.engine.threads) + m.fuse.max_threads + m.engine.helper.count + 8;
+    const uint64_t need = uint64_t(m.engine.threads) + m.fuse.max_threads + m.helper.count + 8;
     if (need > nproc.rlim_cur) {
       return "threads=" + std::to_string(m.engine.threads) + " and max_threads=" + std::to_string(m.fuse.max_threads) +
              " need " + std::to_string(need) + " processes (threads + max_threads + hdf5_helpers + 8) but the limit is " +
@@ -507,8 +508,8 @@ int run_mount(int argc, char** argv) {
   log::set_debug(m.debug);
   // The helpers' sandbox as this kernel allows it: refused here, in the caller's terminal, when
   // strict and a layer is missing (each helper enters the same plan: helper/sandbox.h).
-  const SandboxPlan sandbox = plan_sandbox(probe_kernel(), m.engine.helper.sandbox);
-  if (m.engine.helper.sandbox == SandboxMode::Strict && !sandbox.complete()) {
+  const SandboxPlan sandbox = plan_sandbox(probe_kernel(), m.helper.sandbox);
+  if (m.helper.sandbox == SandboxMode::Strict && !sandbox.complete()) {
     std::string missing;
     for (const std::string& s : sandbox.missing) missing += (missing.empty() ? "" : "; ") + s;
     return die("error: -o sandbox=strict, but this kernel or container lacks: " + missing +
@@ -583,30 +584,32 @@ int run_mount(int argc, char** argv) {
     const std::string privileges = drop_privileges(m.vfs.writable);
     std::thread watcher(signal_watcher, m.mountpoint);
     std::unique_ptr<Engine> engine;
-    std::unique_ptr<Writer> writer;  // rw mounts; destroyed after the Vfs, before the engine
+    std::unique_ptr<H5Files> files;   // destroyed after the Vfs and the writer, before the engine
+    std::unique_ptr<Writer> writer;  // rw mounts; destroyed after the Vfs, before the files
     std::unique_ptr<vfs::Vfs> fs;
     try {
       // libhdf5 runs in helper processes, never in the daemon (core/h5lib/h5helper.h).
-      m.engine.helper.path = find_helper();
-      if (m.engine.helper.path.empty())
+      m.helper.path = find_helper();
+      if (m.helper.path.empty())
         throw std::runtime_error("h5direct-helper not found beside this program (nor in ../libexec/h5direct)");
-      m.engine.helper.roots = {m.source};  // what the helpers may open (core/h5lib/broker.h)
+      m.helper.roots = {m.source};  // what the helpers may open (core/h5lib/broker.h)
       g_helpers_stop = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-      m.engine.helper.stop_fd = g_helpers_stop;
+      m.helper.stop_fd = g_helpers_stop;
       engine = std::make_unique<Engine>(m.engine);
-      engine->metadata().start();
-      if (m.engine.helper.sandbox == SandboxMode::Off) {
+      files = std::make_unique<H5Files>(*engine, m.helper);
+      files->metadata().start();
+      if (m.helper.sandbox == SandboxMode::Off) {
         log::warn("sandbox: off (-o sandbox=off, for debugging only): the helpers that run libhdf5 have the daemon's "
                   "rights, and a file crafted against libhdf5 runs its code with them");
       } else {
         log::info("sandbox: " + describe(sandbox));
       }
-      fs = std::make_unique<vfs::Vfs>(*engine, m.vfs, m.source);
+      fs = std::make_unique<vfs::Vfs>(*engine, *files, m.vfs, m.source);
       vfs::install_builtin_providers(*fs, m.vfs);
       fs->set_listener(&ctx.invalidator);
       ctx.invalidator.start(se.get());  // with the signals blocked, as every thread of ours
       if (m.vfs.writable) {
-        writer = std::make_unique<Writer>(*engine, m.writer);
+        writer = std::make_unique<Writer>(*files, m.writer);
         fs->set_writer(writer.get());
       }
       log::info("daemon privileges: " + privileges);
@@ -656,6 +659,8 @@ int run_mount(int argc, char** argv) {
     // watcher, armed by a second signal, ends the process if this takes too long.
     fs.reset();
     writer.reset();
+    if (engine) engine->pool().shutdown();  // its last tasks may use the files' arrays
+    files.reset();
     engine.reset();
     const char stop = 0;
     if (::write(g_signal_pipe[1], &stop, 1) != 1) log::warn("cannot stop the signal watcher");

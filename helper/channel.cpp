@@ -157,7 +157,35 @@ bool Channel::opened_status(int fd, struct stat* st) {
   return true;
 }
 
+void Channel::new_request() {
+  std::lock_guard<std::mutex> lk(opened_mu_);
+  looked_up_.clear();
+}
+
 int Channel::stat(const std::string& path, bool follow, struct stat* st) {
+  const std::string key = (follow ? "F" : "L") + path;
+  {
+    std::lock_guard<std::mutex> lk(opened_mu_);
+    auto it = looked_up_.find(key);
+    if (it != looked_up_.end()) {
+      if (it->second.error == 0) {
+        *st = it->second.st;
+        return 0;
+      }
+      errno = static_cast<int>(it->second.error);
+      return -1;
+    }
+  }
+  const int rc = ask_stat(path, follow, st);
+  Lookup l;
+  l.error = rc == 0 ? 0 : static_cast<uint32_t>(errno);
+  if (rc == 0) l.st = *st;
+  std::lock_guard<std::mutex> lk(opened_mu_);
+  looked_up_[key] = l;
+  return rc;
+}
+
+int Channel::ask_stat(const std::string& path, bool follow, struct stat* st) {
   proto::Out o;
   o.str(path);
   o.u32(follow ? 0u : proto::kStatNoFollow);

@@ -32,8 +32,12 @@ class Channel {
   // file of a FUSE source mounted without allow_other).
   bool opened_status(int fd, struct stat* st);
   // Asks the daemon for the status of `path` (absolute; lstat's when `follow` is false): 0, or -1
-  // with errno set.
+  // with errno set. A path is asked about once per request (new_request): libhdf5 and the
+  // helper's own checks look the request's file up a dozen times while they serve it (a run's
+  // listing made 17 lookups per request, each a round trip to the daemon).
   int stat(const std::string& path, bool follow, struct stat* st);
+  // A request begins: what was looked up for the last one is forgotten.
+  void new_request();
   // From a signal handler: sends kRefusedCall with the call's number when the socket is free.
   // Async-signal-safe (no allocation, no lock that could be held by the interrupted thread).
   void send_refused_call(uint32_t nr);
@@ -42,14 +46,20 @@ class Channel {
   void lock();
   void unlock() { busy_.clear(std::memory_order_release); }
   bool send_locked(const void* p, size_t n);
+  int ask_stat(const std::string& path, bool follow, struct stat* st);
   // One ask (kBrokerOpen or kBrokerStat, its body) and its answer: the errno it carries (EIO when
   // none came), the descriptor attached (or -1) and the answer's body after the errno.
   uint32_t ask(uint16_t kind, const std::string& body, int& fd, std::string& rest);
 
   int fd_;
   std::atomic_flag busy_ = ATOMIC_FLAG_INIT;
-  std::mutex opened_mu_;  // guards opened_
-  std::unordered_map<int, struct stat> opened_;  // descriptor -> its status when opened  // a spin lock: held for one message and its answer
+  std::mutex opened_mu_;  // guards opened_, looked_up_
+  std::unordered_map<int, struct stat> opened_;  // descriptor -> its status when opened
+  struct Lookup {
+    uint32_t error = 0;
+    struct stat st {};
+  };
+  std::unordered_map<std::string, Lookup> looked_up_;  // this request's lookups, by follow flag + path  // a spin lock: held for one message and its answer
 };
 
 // The process's channel, once the helper serves (nullptr before): what the helper's own opens

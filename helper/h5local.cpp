@@ -3,6 +3,7 @@
 #include "core/write/write_internal.h"
 #include "helper/serve.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <list>
 
 #include "core/engine/engine.h"
+#include "core/h5lib/h5files.h"
 #include "core/error.h"
 #include "core/engine/fd_cache.h"
 #include "core/fmt/chunk_index.h"
@@ -207,6 +209,17 @@ hid_t local_handle(H5File& f) {
   return o.fid.get();
 }
 
+namespace {
+// The file's bytes for our own parsers (object headers, layout messages), through the descriptor
+// libhdf5 has open (a duplicate of it): no second open of the file (in a sandboxed helper each
+// open is a round trip to the daemon). Callers hold the HDF5 lock.
+std::shared_ptr<const OpenFd> file_bytes(H5File& f, hid_t fid) {
+  const int fd = ::fcntl(h5::vfd_descriptor(fid, f.path()), F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) fail(errno, f.path() + ": cannot duplicate libhdf5's descriptor: " + std::strerror(errno));
+  return std::make_shared<const OpenFd>(fd, f.path(), f.identity());
+}
+}  // namespace
+
 std::vector<LinkEntry> LocalMetadata::list_group(H5File& f, const std::string& group_path) {
   const std::string& file_path = f.path();
   h5::Lock lk = h5::lock();
@@ -325,6 +338,7 @@ std::vector<std::string> LocalMetadata::attribute_names(H5File& f, const std::st
   const std::string& file_path = f.path();
   H5O_info_t oinfo;
   fmt::FileGeometry geo;
+  std::shared_ptr<const OpenFd> bytes;  // read after the lock is let go
   {
     h5::Lock lk = h5::lock();
     hid_t fid = local_handle(f);
@@ -333,14 +347,14 @@ std::vector<std::string> LocalMetadata::attribute_names(H5File& f, const std::st
     if (!got) return {};
     oinfo = *got;
     geo = read_geometry(fid);
+    if (oinfo.num_attrs != 0) bytes = file_bytes(f, fid);
   }
   if (oinfo.num_attrs == 0) return {};
   // From the object header, without libhdf5: it decodes every attribute's type to list any one
   // of them, and one it cannot decode fails (or crashes) the whole list.
   std::string why;
   try {
-    auto fd = f.engine().fds().get(file_path, f.identity().ino ? &f.identity() : nullptr);
-    fmt::AttributeNames an = fmt::read_attribute_names(*fd, geo, oinfo.addr);
+    fmt::AttributeNames an = fmt::read_attribute_names(*bytes, geo, oinfo.addr);
     if (an.complete && an.names.size() == oinfo.num_attrs) return an.names;
   } catch (const std::exception& e) {
     why = e.what();
@@ -605,7 +619,7 @@ std::shared_ptr<const DatasetInfo> LocalMetadata::dataset_info(H5File& f, const 
   const auto [target, objpath] = external_link_target(fid, file_path, dset_path);
   if (!target.empty()) {
     lk.unlock();
-    auto other = f.engine().open_file(target);
+    auto other = f.files().open(target);
     auto inf = other->dataset_info(objpath);
     st = other->storage_info(objpath);
     return inf;
@@ -629,13 +643,14 @@ std::shared_ptr<const DatasetInfo> LocalMetadata::dataset_info(H5File& f, const 
   read_storage(fid, d.get(), dcpl.get(), file_path, *info, st);
   check_compact_size(ftype.get(), space.get(), *info, st);
   if (info->layout == "virtual") read_vds_mappings(dcpl.get(), file_path, what, !folded.empty(), *info, st);
+  std::shared_ptr<const OpenFd> bytes;
+  if (info->is_array && info->layout == "chunked" && (!st.library_only || info->convert_type)) bytes = file_bytes(f, fid);
   lk.unlock();
 
   // The chunk index type, from the layout message (one small read of the object header).
   if (info->is_array && info->layout == "chunked" && (!st.library_only || info->convert_type)) {
     try {
-      auto fd = f.engine().fds().get(file_path, &file_id);
-      auto layout = fmt::read_layout(*fd, st.geo, st.ohdr_addr);
+      auto layout = fmt::read_layout(*bytes, st.geo, st.ohdr_addr);
       info->chunk_index = fmt::index_type_name(layout.index_type);
     } catch (const std::exception& e) {
       info->chunk_index = "unknown";
@@ -648,7 +663,7 @@ std::shared_ptr<const DatasetInfo> LocalMetadata::dataset_info(H5File& f, const 
   return info;
 }
 
-LocalMetadata::LocalMetadata(Engine&) { h5::init_library(); }
+LocalMetadata::LocalMetadata(H5Files&) { h5::init_library(); }
 
 std::vector<uint8_t> LocalMetadata::library_read(H5File& f, const std::string& dset,
                                                  const std::vector<uint64_t>& start,
@@ -690,14 +705,14 @@ std::vector<std::string> LocalMetadata::list_members(H5File& f, const std::strin
 
 }  // namespace h5d
 
-// The local implementation for every Engine without helper options in a program that links
+// The local implementation of every H5Files without helper options in a program that links
 // this library: registered before main. The helper-side library's link interface names this
 // symbol as undefined (core/CMakeLists.txt), so its object file is always linked in.
 extern "C" {
 extern const int h5d_local_metadata_registered;
 const int h5d_local_metadata_registered = [] {
-  h5d::local_metadata_factory() = [](h5d::Engine& e) -> std::unique_ptr<h5d::Metadata> {
-    return std::make_unique<h5d::LocalMetadata>(e);
+  h5d::local_metadata_factory() = [](h5d::H5Files& f) -> std::unique_ptr<h5d::Metadata> {
+    return std::make_unique<h5d::LocalMetadata>(f);
   };
   h5d::detail::local_write_file_factory() = &h5d::detail::make_local_write_file;  // the write path's
   return 1;

@@ -1,6 +1,6 @@
 // LocalMetadata (metadata.h): libhdf5 in this process, under the HDF5 lock (h5lib.h). Part of
 // the helper-side library (h5direct_h5, which links libhdf5): the helper process runs it for the
-// daemon's requests (h5serve.cpp), and unit tests and tools run it directly. An Engine without
+// daemon's requests (h5serve.cpp), and unit tests and tools run it directly. H5Files without
 // helper options gets it from the factory this library registers.
 #pragma once
 #include <hdf5.h>
@@ -15,7 +15,7 @@ namespace h5d {
 
 class LocalMetadata final : public Metadata {
  public:
-  explicit LocalMetadata(Engine& engine);
+  explicit LocalMetadata(H5Files& files);
 
   std::vector<LinkEntry> list_group(H5File& f, const std::string& group) override;
   ObjectKind kind_of(H5File& f, const std::string& path) override;

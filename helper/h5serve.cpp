@@ -1,5 +1,5 @@
 // helper::serve (serve.h): the helper process's side of the protocol, answering each
-// request with the engine's local Metadata (libhdf5 in this process). Helper-side library.
+// request with the local Metadata of its files (libhdf5 in this process). Helper-side library.
 #include <signal.h>
 #include <unistd.h>
 
@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "core/engine/engine.h"
+#include "core/h5lib/h5files.h"
 #include "core/euxfel/h5meta.h"
 #include "core/h5lib/h5file.h"
 #include "core/h5lib/h5helper.h"
@@ -33,10 +34,10 @@ T arg(proto::In& in) {
   return v;
 }
 
-std::string dispatch(Engine& engine, Op op, proto::In& in, const std::string& file) {
+std::string dispatch(H5Files& files, Op op, proto::In& in, const std::string& file) {
   namespace meta = euxfel::meta;
   proto::Out o;
-  auto f = engine.open_file(file);
+  auto f = files.open(file);
   auto put_info = [&](const std::string& path, bool details) {  // DatasetInfo, DatasetDetails, DatasetsDetails
     proto::put(o, details ? *f->dataset_details(path) : *f->dataset_info(path));
     proto::put(o, f->storage_info(path));
@@ -125,11 +126,11 @@ std::string dispatch(Engine& engine, Op op, proto::In& in, const std::string& fi
 // `failed`: the request's own error, or nullptr when it succeeded. Either way the error thrown
 // says that the file is truncated and at which sizes (libhdf5's own reason, "link iteration
 // failed", does not), followed by the request's own error where there was one.
-void refuse_reads_past_end(Engine& engine, const std::string& file, const std::string& object, Op op,
+void refuse_reads_past_end(H5Files& files, const std::string& file, const std::string& object, Op op,
                            const std::exception* failed) {
   const std::vector<h5::ReadPastEnd> cut = h5::take_reads_past_end();
   if (cut.empty()) return;
-  for (const h5::ReadPastEnd& p : cut) engine.forget_file(p.path);
+  for (const h5::ReadPastEnd& p : cut) files.forget(p.path);
   const h5::ReadPastEnd& c = cut.front();
   std::string msg = (c.path == file ? file : file + " (through " + c.path + ")") + ":" + object + ": " +
                     fmt::truncated_message(c.size, c.stored_end) + "; " + proto::op_name(op) +
@@ -150,7 +151,7 @@ std::pair<uint32_t, std::string> error_of(const std::exception& e) {
 // DatasetInfos: each (file, dataset) answered as its own DatasetInfo request would be, the
 // truncated-file refusal and the fault hook included; `reply` gets junk (a malformed reply)
 // when the fault hook says so for one of the files.
-std::string dispatch_infos(Engine& engine, proto::In& in, const TestHook& hook) {
+std::string dispatch_infos(H5Files& files, proto::In& in, const TestHook& hook) {
   arg<std::string>(in);  // the first dataset: for messages only
   const auto items = arg<std::vector<std::pair<std::string, std::string>>>(in);
   in.end();
@@ -160,15 +161,15 @@ std::string dispatch_infos(Engine& engine, proto::In& in, const TestHook& hook) 
     if (hook.apply(file)) return "not a reply at all";
     proto::InfoAnswer a;
     try {
-      auto f = engine.open_file(file);
+      auto f = files.open(file);
       a.info = *f->dataset_info(dset);
       a.storage = f->storage_info(dset);
-      refuse_reads_past_end(engine, file, dset, Op::DatasetInfo, nullptr);
+      refuse_reads_past_end(files, file, dset, Op::DatasetInfo, nullptr);
       a.ok = true;
     } catch (const std::exception& e) {
       a = proto::InfoAnswer{};
       try {
-        refuse_reads_past_end(engine, file, dset, Op::DatasetInfo, &e);
+        refuse_reads_past_end(files, file, dset, Op::DatasetInfo, &e);
         std::tie(a.code, a.error) = error_of(e);
       } catch (const std::exception& cut) {
         std::tie(a.code, a.error) = error_of(cut);
@@ -188,7 +189,8 @@ int serve(Channel& ch, const TestHook& hook, unsigned request_cpu_s) {
   eo.threads = 1;
   eo.cache_bytes = 16ull << 20;
   eo.max_open_files = 128;  // as the daemon's default: each helper sees a share of the files
-  Engine engine(eo);  // no helper options: libhdf5 in this process
+  Engine engine(eo);
+  H5Files files(engine, {});  // no helper options: libhdf5 in this process
   if (hook.active()) {  // "MODE:@NAME": reading an attribute NAME (of any file) faults
     LocalMetadata::set_attribute_hook([&hook](const std::string& key) {
       if (hook.apply(key)) fail(EIO, "garbage asked for while reading " + key);
@@ -199,6 +201,7 @@ int serve(Channel& ch, const TestHook& hook, unsigned request_cpu_s) {
     proto::Header h;
     std::string body;
     if (!ch.read_request(h, body)) return 0;  // the daemon closed its end (or is not ours)
+    ch.new_request();
     if (request_cpu_s) limit_request_cpu(request_cpu_s);
     std::string reply;
     uint16_t kind = proto::kReplyOk;
@@ -226,13 +229,13 @@ int serve(Channel& ch, const TestHook& hook, unsigned request_cpu_s) {
       }
       try {
         reply = proto::is_write_op(op)        ? serve_write(written, op, in, file)
-                : op == Op::DatasetInfos ? dispatch_infos(engine, in, hook)
-                                         : dispatch(engine, op, in, file);
+                : op == Op::DatasetInfos ? dispatch_infos(files, in, hook)
+                                         : dispatch(files, op, in, file);
       } catch (const std::exception& e) {
-        refuse_reads_past_end(engine, file, object, op, &e);
+        refuse_reads_past_end(files, file, object, op, &e);
         throw;
       }
-      refuse_reads_past_end(engine, file, object, op, nullptr);
+      refuse_reads_past_end(files, file, object, op, nullptr);
       if (reply.size() > limit) fail(EIO, file + ": " + proto::op_name(op) + ": reply of " + std::to_string(reply.size()) + " bytes is above the limit");
     } catch (const std::exception& e) {
       const auto [code, msg] = error_of(e);

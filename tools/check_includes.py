@@ -15,7 +15,8 @@ for it; everything may include the standard library and system headers):
     fmt, filters           the file format parsed by hand; the codecs
     engine                 pool, caches, descriptors
     array                  every kind of Array
-    h5lib, euxfel, write   libhdf5 and the helpers, the EuXFEL run model, the write path
+    h5lib                  the open HDF5 files, the Metadata interface, the helpers and their protocol
+    euxfel, write          the EuXFEL run model, the write path
     vfs                    the virtual tree (all of core)
     config, fusefs         the option parser, the FUSE adapter
     helper                 the helper side of the process boundary: every libhdf5 call (all of core)
@@ -29,7 +30,8 @@ import os
 import re
 import sys
 
-# What each module may include besides itself.
+# What each module may include besides itself: a strict order (each names only modules above it
+# in this table), so the folders of core/ include each other without a cycle.
 _CORE_LOW = ['vocab', 'base']
 ALLOWED = {
     'vocab': [],
@@ -38,9 +40,9 @@ ALLOWED = {
     'filters': _CORE_LOW,
     'engine': _CORE_LOW + ['fmt', 'filters'],
     'array': _CORE_LOW + ['fmt', 'filters', 'engine'],
-    'h5lib': _CORE_LOW + ['fmt', 'filters', 'engine', 'array', 'euxfel', 'write'],
-    'euxfel': _CORE_LOW + ['fmt', 'filters', 'engine', 'array', 'h5lib', 'write'],
-    'write': _CORE_LOW + ['fmt', 'filters', 'engine', 'array', 'h5lib', 'euxfel'],
+    'h5lib': _CORE_LOW + ['fmt', 'filters', 'engine', 'array'],
+    'euxfel': _CORE_LOW + ['fmt', 'filters', 'engine', 'array', 'h5lib'],
+    'write': _CORE_LOW + ['fmt', 'filters', 'engine', 'array', 'h5lib'],
 }
 _CORE = ['vocab', 'base', 'fmt', 'filters', 'engine', 'array', 'h5lib', 'euxfel', 'write']
 ALLOWED['vfs'] = _CORE
@@ -49,30 +51,14 @@ ALLOWED['fusefs'] = _CORE + ['vfs', 'config']
 ALLOWED['helper'] = _CORE
 ALLOWED['daemon'] = _CORE + ['vfs', 'config', 'fusefs']  # the mount.h5direct program
 
-# Includes that break the layers today, each to be removed by the work named (issue 28); a new
-# one is an error, and so is an exception whose include is gone (the list only shrinks).
-# (including file, included header)
-EXCEPTIONS = {
-    # Engine runs plans of Arrays and owns the open H5Files and the one Metadata implementation
-    # (core/h5lib/metadata.h) every metadata question goes to; the helper pool stays reachable
-    # for the write path's writer processes (Engine::helpers).
-    ('core/engine/engine.h', 'core/array/array.h'),
-    ('core/engine/engine.h', 'core/h5lib/h5helper.h'),
-    ('core/engine/engine.cpp', 'core/h5lib/h5file.h'),
-    ('core/engine/engine.cpp', 'core/h5lib/metadata.h'),
-    # H5Dread, asked of the engine's Metadata (in a helper in the daemon; h5lib/library_read.cpp).
-    ('core/array/library_array.cpp', 'core/h5lib/h5file.h'),
-    ('core/array/library_array.cpp', 'core/h5lib/metadata.h'),
-    # VDS sources are opened as H5Files (Engine::open_file, H5File::prefetch_infos).
-    ('core/array/vds.cpp', 'core/h5lib/h5file.h'),
-}
-
 CHECKED_DIRS = ['core', 'vfs', 'config', 'fusefs', 'daemon', 'helper']
 SOURCE_EXT = ('.h', '.hpp', '.cpp', '.cc')
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^">]+)[">]', re.M)
 SIDE = re.compile(r'^//\s*Side:\s*(daemon|helper|both)\b', re.M)
 HDF5_HEADER = re.compile(r'^(hdf5\.h|H5[A-Za-z]*public\.h|H5[A-Za-z]*\.h)$')
 H5_CALL = re.compile(r'\b(H5[A-Z][A-Za-z0-9_]*)\s*\(|\bh5::[A-Za-z_]')
+# The project's own types whose names start with H5 (class H5File, H5Files): no libhdf5 calls.
+OWN_TYPE = re.compile(r'\b(?:class|struct)\s+(H5[A-Za-z0-9_]*)')
 
 
 def module_of(rel):
@@ -131,7 +117,11 @@ def reaches_hdf5(root, rel, memo, stack=()):
 def check(root):
     errors = []
     memo = {}
-    used = set()
+    edges = {}  # module -> modules it includes (allowed edges only)
+    own_types = set()
+    for rel in sources(root):
+        with open(os.path.join(root, rel), encoding='utf-8', errors='replace') as f:
+            own_types.update(OWN_TYPE.findall(strip_comments_and_strings(f.read())))
     for rel in sources(root):
         mod = module_of(rel)
         if mod == '?':
@@ -148,20 +138,40 @@ def check(root):
             if target == '?':
                 errors.append(f'{rel}: includes "{name}", in a folder of core that no layer names')
             elif target not in ALLOWED[mod]:
-                if (rel, name) in EXCEPTIONS:
-                    used.add((rel, name))
-                else:
-                    errors.append(f'{rel}: {mod} must not include {target} ("{name}")')
+                errors.append(f'{rel}: {mod} must not include {target} ("{name}")')
+            else:
+                edges.setdefault(mod, set()).add(target)
         side = SIDE.search(text[:2000])
         if side and side.group(1) == 'daemon':
             chain = reaches_hdf5(root, rel, memo)
             if chain:
                 errors.append(f'{rel}: daemon side, but reaches libhdf5: ' + ' -> '.join(chain))
             for m in H5_CALL.finditer(strip_comments_and_strings(text)):
-                errors.append(f'{rel}: daemon side, but calls libhdf5: {m.group(0).strip()}')
-    for rel, name in sorted(EXCEPTIONS - used):
-        errors.append(f'{rel}: no longer includes "{name}": remove the exception from tools/check_includes.py')
+                if m.group(1) not in own_types:
+                    errors.append(f'{rel}: daemon side, but calls libhdf5: {m.group(0).strip()}')
+    errors += cycles(edges)
     return errors
+
+
+def cycles(edges):
+    """One line per include cycle among the modules (`edges`: module -> modules it includes)."""
+    out, state, stack = [], {}, []
+
+    def visit(m):
+        state[m] = 'open'
+        stack.append(m)
+        for n in sorted(edges.get(m, ())):
+            if state.get(n) == 'open':
+                out.append('include cycle: ' + ' -> '.join(stack[stack.index(n):] + [n]))
+            elif n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = 'done'
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m)
+    return out
 
 
 def main(argv):

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "core/array/reader.h"
 #include "core/engine/chunk_cache.h"
 #include "core/engine/engine.h"
 #include "core/engine/fd_cache.h"
@@ -130,7 +131,7 @@ class ArrayOpenFile final : public OpenFile {
     const HeadSplit part = split_at_header(node_.header_.size(), off, std::min<uint64_t>(size, total - off));
     if (part.data_len == 0) return false;
     try {
-      return array_->decodes() && node_.ctx_.engine.bytes_decoded(*array_, part.data_off, part.data_len);
+      return array_->decodes() && bytes_decoded(*array_, part.data_off, part.data_len);
     } catch (const std::exception&) {
       return false;
     }
@@ -141,8 +142,8 @@ class ArrayOpenFile final : public OpenFile {
   void follow_up(uint64_t off, size_t n, Pushes& pushes, bool waited = true) {
     Engine& engine = node_.ctx_.engine;
     const ReadFollowUp next = policy_.after_read(
-        off, n, [&](ByteRange r) { return engine.bytes_decoded(*array_, r.off, r.len); }, waited,
-        [&] { return engine.decode_ahead_room(); });
+        off, n, [&](ByteRange r) { return bytes_decoded(*array_, r.off, r.len); }, waited,
+        [&] { return decode_ahead_room(engine); });
     if (next.capped) {
       engine.stats().prefetch_capped_bytes.fetch_add(next.capped, std::memory_order_relaxed);
       if (log::debug_enabled())
@@ -159,7 +160,7 @@ class ArrayOpenFile final : public OpenFile {
                    std::to_string(off + n) + ")" + (waited ? " that waited" : "") + ", window " +
                    std::to_string(policy_.stream().window()));
       try {
-        engine.prefetch_bytes(*array_, next.prefetch.off, next.prefetch.len, next.cover);
+        prefetch_bytes(engine, *array_, next.prefetch.off, next.prefetch.len, next.cover);
       } catch (const std::exception& e) {
         log::debug("prefetch of " + node_.spec_.what + " failed: " + e.what());
       }
@@ -217,7 +218,7 @@ class ArrayOpenFile final : public OpenFile {
       ReadCounters& counted = node_.ctx_.counters;  // a read of data (a push's copy included)
       counted.reads.fetch_add(1, std::memory_order_relaxed);
       try {
-        node_.ctx_.engine.read_bytes(*array_, doff, dlen, reinterpret_cast<uint8_t*>(buf) + done);
+        h5d::read_bytes(node_.ctx_.engine, *array_, doff, dlen, reinterpret_cast<uint8_t*>(buf) + done);
         counted.bytes_served.fetch_add(dlen, std::memory_order_relaxed);
       } catch (...) {
         // core's message names the file, the dataset and the chunk; add the byte range.

@@ -14,6 +14,7 @@
 #include "core/engine/buffer_pool.h"
 #include "core/engine/chunk_cache.h"
 #include "core/engine/engine.h"
+#include "core/h5lib/h5files.h"
 #include "core/h5lib/metadata.h"
 #include "core/h5lib/sandbox_plan.h"
 #include "core/log.h"
@@ -141,8 +142,8 @@ std::vector<Vfs::Counter> Vfs::counters() {
   add({"bytes_pushed"}, "bytes_pushed_total", "Bytes pushed into the page cache ahead of the reader", true, u(rc.bytes_pushed));
   add({"library_reads"}, "library_reads_total", "Reads that went through libhdf5 (H5Dread in a helper)", true,
       u(st.library_reads));
-  if (engine_.metadata().isolated()) {
-    const Metadata::Counters hc = engine_.metadata().counters();
+  if (files_.metadata().isolated()) {
+    const Metadata::Counters hc = files_.metadata().counters();
     add({"hdf5_helper", "helpers"}, "hdf5_helpers", "HDF5 helper processes the mount runs", false,
         double(hc.processes));
     add({"hdf5_helper", "requests"}, "hdf5_helper_requests_total", "Requests answered by the HDF5 helpers", true,
@@ -153,6 +154,8 @@ std::vector<Vfs::Counter> Vfs::counters() {
         "HDF5 helpers that crashed, hung or talked garbage (each restarted)", true, double(hc.failures));
     add({"hdf5_helper", "broker_opens"}, "hdf5_helper_broker_opens_total",
         "Files the daemon opened for the HDF5 helpers (they open none themselves)", true, double(hc.broker_opens));
+    add({"hdf5_helper", "broker_lookups"}, "hdf5_helper_broker_lookups_total",
+        "Paths the daemon looked up for the HDF5 helpers (stat, access)", true, double(hc.broker_lookups));
     add({"hdf5_helper", "broker_refused"}, "hdf5_helper_broker_refused_total",
         "Files the HDF5 helpers asked for and the daemon refused (outside what the mount reads)", true,
         double(hc.broker_refused));
@@ -214,7 +217,7 @@ std::string Vfs::render_stats() {
     if (c.integral) *at = static_cast<uint64_t>(c.value);
     else *at = c.value;
   }
-  if (engine_.metadata().isolated()) j["hdf5_helper"]["sandbox_report"] = engine_.metadata().counters().sandbox;
+  if (files_.metadata().isolated()) j["hdf5_helper"]["sandbox_report"] = files_.metadata().counters().sandbox;
   json recent = json::array();
   for (const log::ErrorEntry& e : log::recent_errors()) {
     json r = {{"time", iso_time(e.time)}, {"errno", errno_name(e.code)}, {"level", log::level_name(e.level)}};

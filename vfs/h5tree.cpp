@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "core/engine/engine.h"
+#include "core/h5lib/h5files.h"
 #include "core/error.h"
 #include "core/engine/fd_cache.h"
 #include "core/fmt/chunk_index.h"
@@ -397,7 +398,7 @@ class GroupProvider final : public DirProvider {
     struct stat st;
     if (::stat(file_.c_str(), &st) == 0) listed_ = identity_of(st);  // before reading: a change
                                                                      // meanwhile is seen next time
-    std::shared_ptr<H5File> f = ctx_.engine.open_file(file_);
+    std::shared_ptr<H5File> f = ctx_.files.open(file_);
     std::vector<LinkEntry> members = f->list_group(group_);
     // Names too long to list (FUSE takes names beyond NAME_MAX, but a directory entry must fit a
     // 4 KiB readdir reply: 2048 bytes here, with ~ds.json for datasets): left out, each with a
@@ -441,11 +442,11 @@ class GroupProvider final : public DirProvider {
     // ".attrs" is shown as .attrs~ds.*; a member group named ".attrs.json" keeps its name.
     if (!taken.count(kGroupAttrsName)) {
       taken.insert(kGroupAttrsName);
-      Engine* engine = &ctx_.engine;
+      H5Files* files = &ctx_.files;
       const std::string file = file_, group = group_;
       out.push_back({kGroupAttrsName, make_text_file(
-                                          [engine, file, group] {
-                                            auto attrs = engine->open_file(file)->attributes(group);
+                                          [files, file, group] {
+                                            auto attrs = files->open(file)->attributes(group);
                                             return json_text(group_attrs_sidecar(file, group, attrs));
                                           },
                                           fmeta_)});
@@ -486,10 +487,10 @@ class GroupProvider final : public DirProvider {
     // dataset's own request asks again and reports.
     std::vector<std::pair<std::string, std::string>> items;
     for (const auto& [m, stem] : datasets) items.emplace_back(file_, join(group_, m->name));
-    H5File::prefetch_infos(ctx_.engine, items);
+    ctx_.files.prefetch_infos(items);
     std::vector<std::string> paths;
     for (const auto& item : items) paths.push_back(item.second);
-    auto batch = std::make_shared<DetailsBatch>(ctx_.engine, file_, group_, std::move(paths));
+    auto batch = std::make_shared<DetailsBatch>(ctx_.files, file_, group_, std::move(paths));
     for (const auto& [m, stem] : datasets) {
       add_dataset_files(ctx_, out, *f, join(group_, m->name), stem, fmeta_, batch);
     }
@@ -576,8 +577,8 @@ NodePtr make_group_node(const TreeContext& ctx, const std::string& file_path,
       dir_meta, make_group_provider(ctx, file_path, group_path, dir_meta, file_meta));
 }
 
-DetailsBatch::DetailsBatch(Engine& engine, std::string file, std::string group, std::vector<std::string> dsets)
-    : engine_(engine), file_(std::move(file)), group_(std::move(group)), dsets_(std::move(dsets)),
+DetailsBatch::DetailsBatch(H5Files& files, std::string file, std::string group, std::vector<std::string> dsets)
+    : files_(files), file_(std::move(file)), group_(std::move(group)), dsets_(std::move(dsets)),
       asked_(dsets_.size(), 0) {
   for (size_t i = 0; i < dsets_.size(); ++i) pos_.emplace(dsets_[i], i);
 }
@@ -591,7 +592,7 @@ std::shared_ptr<const DatasetInfo> DetailsBatch::get(const std::string& dset) {
     return info;
   }
   auto p = pos_.find(dset);
-  std::shared_ptr<H5File> f = engine_.open_file(file_);
+  std::shared_ptr<H5File> f = files_.open(file_);
   if (p == pos_.end() || asked_[p->second]) return f->dataset_details(dset);  // asked before: alone
   // This one and the next not asked yet, in listing order (ls -l and tar stat in that order).
   std::vector<std::string> ask;
@@ -622,7 +623,7 @@ void add_dataset_files(const TreeContext& ctx, std::vector<ChildEntry>& out, H5F
                        std::shared_ptr<DetailsBatch> batch) {
   const std::string fpath = file.path();
   const std::string what = fpath + ":" + dset_path;
-  Engine* engine = &ctx.engine;
+  H5Files* files = &ctx.files;
   std::shared_ptr<const DatasetInfo> info;
   try {
     info = file.dataset_info(dset_path);
@@ -650,8 +651,8 @@ void add_dataset_files(const TreeContext& ctx, std::vector<ChildEntry>& out, H5F
     spec.dtype = info->dtype;
     spec.what = what;
     spec.read_path = info->read_path.empty() ? "direct" : info->read_path;
-    spec.loader = [engine, fpath, dset_path] {
-      return engine->open_file(fpath)->dataset_array(dset_path);
+    spec.loader = [files, fpath, dset_path] {
+      return files->open(fpath)->dataset_array(dset_path);
     };
     spec.file = fpath;
     spec.dset = dset_path;
@@ -660,9 +661,9 @@ void add_dataset_files(const TreeContext& ctx, std::vector<ChildEntry>& out, H5F
     out.push_back({name + ".raw", make_array_file(ctx, ArrayFormat::Raw, std::move(spec), dmeta)});
   }
   out.push_back({name + ".json", make_text_file(
-                                     [engine, fpath, dset_path, npy_offset, batch] {
+                                     [files, fpath, dset_path, npy_offset, batch] {
                                        auto i = batch ? batch->get(dset_path)
-                                                      : engine->open_file(fpath)->dataset_details(dset_path);
+                                                      : files->open(fpath)->dataset_details(dset_path);
                                        return json_text(dataset_sidecar(*i, npy_offset));
                                      },
                                      dmeta)});

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "core/array/array.h"
+#include "core/array/reader.h"
 #include "core/engine/engine.h"
 
 namespace h5d::vfs {

@@ -135,11 +135,11 @@ json key_sidecar(Run& run, const std::string& source, const KeyInfo& k) {
 
 }  // namespace
 
-std::shared_ptr<Run> open_run(Engine& engine, const std::string& dir, const VfsOptions& opts) {
+std::shared_ptr<Run> open_run(H5Files& files, const std::string& dir, const VfsOptions& opts) {
   euxfel::RunOptions ro;
   ro.inc_suspect_trains = opts.inc_suspect_trains;
   ro.known = read_files_map(dir);  // EXtra-data's files map: the files it describes are not opened
-  return Run::open(engine, dir, ro);
+  return Run::open(files, dir, ro);
 }
 
 json run_summary_json(Run& run) {
@@ -330,7 +330,7 @@ class RunDirProvider final : public DirProvider {
     state_ = euxfel::RunDirState::take(path_, &state_);
     std::shared_ptr<Run> run;
     try {
-      run = open_run(ctx_.engine, path_, ctx_.opts);
+      run = open_run(ctx_.files, path_, ctx_.opts);
     } catch (const std::exception& e) {
       log::warn("run view: " + path_ + ": not shown as a run: " + e.what());
       return make_plain_dir_provider(ctx_, path_, chain_)->list();

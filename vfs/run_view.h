@@ -27,6 +27,7 @@
 
 namespace h5d {
 class Engine;
+class H5Files;
 }
 namespace h5d::euxfel {
 class Run;
@@ -41,7 +42,7 @@ ProviderFactory make_run_view_factory(const VfsOptions& opts);
 // Run directory `dir` opened as a run view opens it: the options that apply (inc_suspect_trains)
 // and EXtra-data's files map (vfs/files_map.h: the files it describes are not opened to list the
 // run). `h5direct info` opens a run directory the same way.
-std::shared_ptr<euxfel::Run> open_run(Engine& engine, const std::string& dir, const VfsOptions& opts);
+std::shared_ptr<euxfel::Run> open_run(H5Files& files, const std::string& dir, const VfsOptions& opts);
 
 // run.json (docs/euxfel.md): Run::metadata() plus every source's keys (shape, entry shape,
 // dtype, index group), trains with data per index group and per source, and the names of the

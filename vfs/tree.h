@@ -36,6 +36,7 @@ struct stat;
 
 namespace h5d {
 class Engine;
+class H5Files;
 class H5File;
 struct DatasetInfo;
 class Writer;
@@ -410,6 +411,7 @@ struct ReadCounters {
 // What every provider may use. Owned by the Vfs; outlives every node.
 struct TreeContext {
   Engine& engine;
+  H5Files& files;
   VfsOptions opts;
   std::vector<ProviderFactory> factories;  // set up before the first access, then read-only
   Writer* writer = nullptr;  // rw mounts only (set before the first access)
@@ -461,12 +463,12 @@ NodePtr make_group_node(const TreeContext& ctx, const std::string& file_path,
 class DetailsBatch {
  public:
   static constexpr size_t kBatch = 64;
-  DetailsBatch(Engine& engine, std::string file, std::string group, std::vector<std::string> dsets);
+  DetailsBatch(H5Files& files, std::string file, std::string group, std::vector<std::string> dsets);
   // `dset`'s details (fetched alone when a batch fails: its own error is then the one thrown).
   std::shared_ptr<const DatasetInfo> get(const std::string& dset);
 
  private:
-  Engine& engine_;
+  H5Files& files_;
   const std::string file_, group_;
   const std::vector<std::string> dsets_;  // in listing order
   std::unordered_map<std::string, size_t> pos_;

@@ -69,7 +69,8 @@ std::string oct(mode_t m) {
 
 }  // namespace
 
-Vfs::Vfs(Engine& engine, VfsOptions opts, const std::string& source) : engine_(engine) {
+Vfs::Vfs(Engine& engine, H5Files& files, VfsOptions opts, const std::string& source)
+    : engine_(engine), files_(files) {
   char resolved[PATH_MAX];
   if (!::realpath(source.c_str(), resolved)) {
     fail(errno, "source " + source + ": " + std::strerror(errno));
@@ -98,7 +99,7 @@ Vfs::Vfs(Engine& engine, VfsOptions opts, const std::string& source) : engine_(e
     while (ex.size() > 1 && ex.back() == '/') ex.pop_back();
     opts.exclude_path = ex;
   }
-  ctx_.reset(new TreeContext{engine, opts, {}});
+  ctx_.reset(new TreeContext{engine, files, opts, {}});
   NodeMeta ctl = with_perm(root_meta, 0555);
   const NodeMeta ctl_file = with_perm(root_meta, 0444);
   NodePtr control = make_dir_node(ctl, {{"stats.json", make_dynamic_file([this] { return render_stats(); }, ctl_file)},

@@ -22,6 +22,7 @@
 
 namespace h5d {
 class Engine;
+class H5Files;
 class Writer;
 }
 
@@ -84,7 +85,7 @@ class Vfs {
 
   // `source` is an HDF5 file (the root shows its root group) or a directory. Throws
   // Error(ENOENT/ENOTDIR/EINVAL) when it is missing or neither. Opens nothing else.
-  Vfs(Engine& engine, VfsOptions opts, const std::string& source);
+  Vfs(Engine& engine, H5Files& files, VfsOptions opts, const std::string& source);
   ~Vfs();
   Vfs(const Vfs&) = delete;
   Vfs& operator=(const Vfs&) = delete;
@@ -162,6 +163,7 @@ class Vfs {
 
   const std::string& source() const { return source_; }
   Engine& engine() { return engine_; }
+  H5Files& files() { return files_; }
 
  private:
   NodePtr node(uint64_t ino);  // Error(ENOENT) when unknown
@@ -171,6 +173,7 @@ class Vfs {
   Attr attr_of(const Node& n);
 
   Engine& engine_;
+  H5Files& files_;
   std::string source_;
   std::unique_ptr<TreeContext> ctx_;
   std::unique_ptr<InodeTable> table_;

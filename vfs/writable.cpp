@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "core/engine/engine.h"
+#include "core/h5lib/h5files.h"
 #include "core/error.h"
 #include "core/h5lib/h5file.h"
 #include "core/log.h"
@@ -58,7 +59,7 @@ std::string render_sidecar(NewDatasetState& s) {
   std::lock_guard<std::mutex> lk(s.mu);
   if (!s.sidecar.empty()) return s.sidecar;
   try {
-    auto info = s.ctx.engine.open_file(s.file)->dataset_details(s.dset);
+    auto info = s.ctx.files.open(s.file)->dataset_details(s.dset);
     s.sidecar = json_text(dataset_sidecar(*info, s.header.size()));
   } catch (const std::exception& e) {
     log::warn(s.file + ":" + s.dset + ": sidecar: " + e.what());
@@ -197,7 +198,7 @@ class NewOpenFile final : public OpenFile {
       }
       if (created) {
         // The .npy header as h5direct renders it (what reading the dataset later shows).
-        auto info = s_->ctx.engine.open_file(s_->file)->dataset_info(s_->dset);
+        auto info = s_->ctx.files.open(s_->file)->dataset_info(s_->dset);
         {
           std::lock_guard<std::mutex> lk(s_->mu);
           s_->header = npy_header(info->dtype, info->shape);

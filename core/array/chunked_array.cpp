@@ -12,6 +12,7 @@
 #include "core/engine/engine.h"
 #include "core/engine/fd_cache.h"
 #include "core/error.h"
+#include "core/filters/filters.h"
 #include "core/log.h"
 
 // In h5d::detail, beside the base class and file runs it is built from (dataset_array.h).

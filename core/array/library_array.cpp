@@ -1,5 +1,5 @@
-// LibraryArray: reads through H5Dread (Metadata::library_read: in a helper process where the
-// engine has helpers, the bytes coming back over the boundary; library_read.cpp in process). Correct for everything the library
+// LibraryArray: reads through H5Dread (DatasetSources::library_read: in a helper process in the
+// daemon, the bytes coming back over the boundary; helper/library_read.cpp in process). Correct for everything the library
 // reads, but serialised: used only where no direct path exists, and every use is counted with
 // its reason in the stats and (with -o debug) logged.
 #include <algorithm>
@@ -8,8 +8,6 @@
 #include "core/array/dataset.h"
 #include "core/engine/engine.h"
 #include "core/error.h"
-#include "core/h5lib/h5file.h"
-#include "core/h5lib/metadata.h"
 #include "core/log.h"
 
 namespace h5d {
@@ -19,8 +17,9 @@ namespace {
 // lock, and nothing it decodes is kept, so no bytes are cheaper once a read touched them.
 class LibraryArray final : public Array {
  public:
-  LibraryArray(Engine& e, std::shared_ptr<const DatasetInfo> info, size_t ds_rank, std::string reason)
-      : engine_(e), info_(std::move(info)), ds_rank_(ds_rank), reason_(std::move(reason)),
+  LibraryArray(Engine& e, DatasetSources& sources, std::shared_ptr<const DatasetInfo> info, size_t ds_rank,
+               std::string reason)
+      : engine_(e), sources_(sources), info_(std::move(info)), ds_rank_(ds_rank), reason_(std::move(reason)),
         what_(info_->file + ":" + info_->path) {}
   const Shape& shape() const override { return info_->shape; }
   const DType& dtype() const override { return info_->dtype; }
@@ -44,8 +43,7 @@ class LibraryArray final : public Array {
     const std::vector<uint64_t> count(r.count.data(), r.count.data() + ds_rank_);
     std::vector<uint8_t> buf;
     try {
-      auto file = engine_.open_file(info_->file);
-      buf = engine_.metadata().library_read(*file, info_->path, start, count);
+      buf = sources_.library_read(info_->file, info_->path, start, count);
       if (buf.size() != product(buf_shape) * E)
         fail(EIO, "library read returned " + std::to_string(buf.size()) + " bytes, expected " +
                       std::to_string(product(buf_shape) * E));
@@ -61,6 +59,7 @@ class LibraryArray final : public Array {
   }
 
   Engine& engine_;
+  DatasetSources& sources_;
   std::shared_ptr<const DatasetInfo> info_;
   size_t ds_rank_;
   std::string reason_;
@@ -69,9 +68,9 @@ class LibraryArray final : public Array {
 
 }  // namespace
 
-ArrayPtr make_library_array(Engine& engine, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st,
-                            const std::string& reason) {
-  return std::make_shared<LibraryArray>(engine, std::move(info), st.ds_rank, reason);
+ArrayPtr make_library_array(Engine& engine, DatasetSources& sources, std::shared_ptr<const DatasetInfo> info,
+                            const StorageInfo& st, const std::string& reason) {
+  return std::make_shared<LibraryArray>(engine, sources, std::move(info), st.ds_rank, reason);
 }
 
 }  // namespace h5d

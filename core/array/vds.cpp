@@ -9,14 +9,9 @@
 #include "core/array/dataset.h"
 #include "core/engine/engine.h"
 #include "core/error.h"
-#include "core/h5lib/h5file.h"
 #include "core/log.h"
 
 namespace h5d {
-
-ArrayPtr make_library_array(Engine& engine, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st,
-                            const std::string& reason);
-
 namespace {
 
 constexpr uint64_t kUnlimited = ~uint64_t(0);
@@ -70,8 +65,9 @@ void dim_segments(const Hyperslab& v, size_t kv, const Hyperslab& s, size_t ks, 
 
 class VirtualArray final : public Array {
  public:
-  VirtualArray(Engine& e, std::shared_ptr<const DatasetInfo> info, ArrayPtr fallback)
-      : engine_(e), info_(std::move(info)), fallback_(std::move(fallback)), what_(info_->file + ":" + info_->path) {}
+  VirtualArray(Engine& e, DatasetSources& sources, std::shared_ptr<const DatasetInfo> info, ArrayPtr fallback)
+      : engine_(e), sources_(sources), info_(std::move(info)), fallback_(std::move(fallback)),
+        what_(info_->file + ":" + info_->path) {}
   const Shape& shape() const override { return info_->shape; }
   const DType& dtype() const override { return info_->dtype; }
   std::string describe() const override { return what_; }
@@ -285,7 +281,7 @@ class VirtualArray final : public Array {
     std::vector<std::pair<std::string, std::string>> sources;
     for (const VdsMapping& map : maps)
       if (!map.resolved_file.empty()) sources.emplace_back(map.resolved_file, map.dataset_name);
-    H5File::prefetch_infos(engine_, sources);
+    sources_.prefetch_infos(sources);
     for (size_t m = 0; m < maps.size(); ++m) {
       const VdsMapping& map = maps[m];
       const std::string where = what_ + ": VDS mapping " + std::to_string(m) + " (" + map.file_name + ":" + map.dataset_name + ")";
@@ -293,15 +289,14 @@ class VirtualArray final : public Array {
         res.errors[m] = where + ": source file not found";
       } else {
         try {
-          auto file = engine_.open_file(map.resolved_file);
-          auto sinfo = file->dataset_info(map.dataset_name);
+          auto sinfo = sources_.dataset_info(map.resolved_file, map.dataset_name);
           if (!sinfo->is_array || sinfo->dtype.itemsize != info_->dtype.itemsize ||
               npy_descr_literal(sinfo->dtype) != npy_descr_literal(info_->dtype)) {
             res.use_fallback = true;  // type conversion between source and VDS: the library does it
             engine_.stats().note_fallback("VDS source type differs from the VDS type");
             return;
           }
-          res.sources[m] = file->dataset_array(map.dataset_name);
+          res.sources[m] = sources_.dataset_array(map.resolved_file, map.dataset_name);
         } catch (const Error& e) {
           if (e.code() == ELOOP) throw;
           res.errors[m] = where + ": " + e.what();
@@ -433,6 +428,7 @@ class VirtualArray final : public Array {
   }
 
   Engine& engine_;
+  DatasetSources& sources_;
   std::shared_ptr<const DatasetInfo> info_;
   ArrayPtr fallback_;
   std::string what_;
@@ -444,17 +440,18 @@ class VirtualArray final : public Array {
 
 }  // namespace
 
-ArrayPtr make_virtual_array(Engine& engine, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st) {
-  ArrayPtr fallback = make_library_array(engine, info, st, "VDS read through the library");
+ArrayPtr make_virtual_array(Engine& engine, DatasetSources& sources, std::shared_ptr<const DatasetInfo> info,
+                            const StorageInfo& st) {
+  ArrayPtr fallback = make_library_array(engine, sources, info, st, "VDS read through the library");
   for (const auto& m : info->vds) {
     for (size_t k = 0; k < m.vspace.count.size(); ++k)
       if (m.vspace.count[k] == kUnlimited || m.vspace.block[k] == kUnlimited)
-        return make_library_array(engine, info, st, "VDS with an unlimited mapping");
+        return make_library_array(engine, sources, info, st, "VDS with an unlimited mapping");
     for (size_t k = 0; k < m.srcspace.count.size(); ++k)
       if (m.srcspace.count[k] == kUnlimited || m.srcspace.block[k] == kUnlimited)
-        return make_library_array(engine, info, st, "VDS with an unlimited mapping");
+        return make_library_array(engine, sources, info, st, "VDS with an unlimited mapping");
   }
-  return std::make_shared<VirtualArray>(engine, std::move(info), std::move(fallback));
+  return std::make_shared<VirtualArray>(engine, sources, std::move(info), std::move(fallback));
 }
 
 }  // namespace h5d

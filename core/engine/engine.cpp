@@ -14,8 +14,6 @@
 #include "core/engine/chunk_cache.h"
 #include "core/error.h"
 #include "core/engine/fd_cache.h"
-#include "core/h5lib/h5file.h"
-#include "core/h5lib/metadata.h"
 #include "core/log.h"
 
 namespace h5d {
@@ -59,15 +57,6 @@ Engine::Engine(EngineOptions opts) : opts_(opts) {
   if (opts_.threads == 0) opts_.threads = std::max(1u, std::thread::hardware_concurrency());
   if (opts_.cache_bytes == 0) opts_.cache_bytes = default_cache_bytes();
   if (opts_.io_depth == 0) opts_.io_depth = kDefaultIoDepth;
-  // Where libhdf5 runs, chosen once: helper processes, or this one where the program links the
-  // helper-side library (metadata.h).
-  if (!opts_.helper.path.empty()) {
-    meta_ = make_remote_metadata(*this, opts_.helper);
-  } else if (LocalMetadataFactory make = local_metadata_factory()) {
-    meta_ = make(*this);
-  } else {
-    fail(EINVAL, "this program has no libhdf5 of its own: it needs the HDF5 helper (h5direct-helper)");
-  }
   cpu_ = std::make_unique<CpuGate>(opts_.threads);
   // One file's tasks may hold io_depth workers (or `threads`, so that one file still decodes on
   // every core); the pool has twice that, so a file whose reads hang leaves as many to others.
@@ -84,45 +73,6 @@ Engine::Engine(EngineOptions opts) : opts_(opts) {
 Engine::~Engine() {
   pool_->shutdown();  // join workers before the caches they use go away (their last tasks may use the pool)
   pool_.reset();
-  std::map<std::string, std::shared_ptr<H5File>> files;  // destroyed after files_mu_ is released (lock order)
-  {
-    std::lock_guard<std::mutex> lk(files_mu_);
-    files.swap(files_);
-  }
-}
-
-HelperPool* Engine::helpers() { return meta_->pool(); }
-
-std::shared_ptr<H5File> Engine::open_file(const std::string& path) {
-  // One stat: a file that changed on disk since its H5File was made gets a new one (metadata,
-  // chunk maps and decoded chunks are then read anew); arrays of the old one fail with ESTALE.
-  struct stat st;
-  const bool present = ::stat(path.c_str(), &st) == 0;
-  std::shared_ptr<H5File> stale;  // destroyed after files_mu_ is released (lock order)
-  {
-    std::lock_guard<std::mutex> lk(files_mu_);
-    auto it = files_.find(path);
-    if (it != files_.end()) {
-      // A deleted file keeps its H5File: its reads fail with ESTALE.
-      if (!present || it->second->identity() == identity_of(st)) return it->second;
-      stale = std::move(it->second);
-      files_.erase(it);
-    }
-  }
-  if (stale) log::info(path + ": changed on disk; its metadata is read again");
-  auto f = std::make_shared<H5File>(*this, path);
-  std::lock_guard<std::mutex> lk(files_mu_);
-  auto [it, inserted] = files_.emplace(path, f);
-  return it->second;
-}
-
-void Engine::forget_file(const std::string& path) {
-  std::shared_ptr<H5File> gone;  // destroyed after files_mu_ is released (lock order)
-  std::lock_guard<std::mutex> lk(files_mu_);
-  auto it = files_.find(path);
-  if (it == files_.end()) return;
-  gone = std::move(it->second);
-  files_.erase(it);
 }
 
 uint64_t Engine::request_size(uint64_t bytes) const {
@@ -135,11 +85,6 @@ uint64_t Engine::request_end(uint64_t at, uint64_t piece, uint64_t end) {
   piece = std::max(a, (piece + a / 2) / a * a);
   const uint64_t cut = (at + piece) / a * a;  // > at, since piece >= a
   return cut >= end || end - cut < a ? end : cut;
-}
-
-void Engine::run(ReadPlan& plan) {
-  pool_->run_all(plan.tasks, plan.common_key());
-  plan.keys.clear();
 }
 
 void Engine::source_read(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what) {
@@ -202,144 +147,6 @@ void Engine::counted_read(int fd, void* buf, uint64_t n, uint64_t off, const std
     log::debug("source read " + what + " at " + std::to_string(off) + " (" + std::to_string(n) + " bytes): " +
                std::to_string(ms) + " ms, " + std::to_string(now) + " in flight");
   }
-}
-
-void Engine::read_region(const Array& a, const Region& r, const DestView& dst) {
-  ReadPlan plan;
-  plan.request = request_size(r.elements() * a.dtype().itemsize);
-  a.plan(r, dst, plan);
-  run(plan);
-}
-
-void Engine::read_bytes(const Array& a, uint64_t off, uint64_t len, uint8_t* out) {
-  const uint64_t total = a.nbytes();
-  if (off >= total || len == 0) return;
-  len = std::min(len, total - off);
-  const uint64_t E = a.dtype().itemsize;
-  const Shape& shape = a.shape();
-  const auto strides = c_strides(shape, E);
-
-  // Whole elements [m0, m1) go straight to `out`; partial elements at either end go through a
-  // one-element scratch buffer.
-  uint64_t m0 = (off + E - 1) / E, m1 = (off + len) / E;
-  std::vector<uint8_t> head, tail;
-  const uint64_t e_head = off / E, e_tail = (off + len) / E;
-  const bool has_head = off % E != 0;
-  const bool has_tail = (off + len) % E != 0 && !(has_head && e_tail == e_head);
-  if (has_head) head.resize(E);
-  if (has_tail) tail.resize(E);
-
-  ReadPlan plan;
-  plan.request = request_size(len);
-  auto plan_elems = [&](uint64_t e0, uint64_t e1, uint8_t* base_for_e0) {
-    for_each_region_in_range(shape, e0, e1, [&](const Region& r) {
-      uint64_t flat = 0;
-      for (size_t k = 0; k < shape.size(); ++k) flat += r.start[k] * static_cast<uint64_t>(strides[k]);
-      DestView d{base_for_e0 + (flat - e0 * E), strides};
-      a.plan(r, d, plan);
-    });
-  };
-  if (has_head) plan_elems(e_head, e_head + 1, head.data());
-  if (m1 > m0) plan_elems(m0, m1, out + (m0 * E - off));
-  if (has_tail) plan_elems(e_tail, e_tail + 1, tail.data());
-  run(plan);
-  if (has_head) {
-    uint64_t skip = off - e_head * E;
-    std::memcpy(out, head.data() + skip, std::min<uint64_t>(E - skip, len));
-  }
-  if (has_tail) {
-    uint64_t n = (off + len) - e_tail * E;
-    std::memcpy(out + (len - n), tail.data(), n);
-  }
-}
-
-bool Engine::bytes_decoded(const Array& a, uint64_t off, uint64_t len) {
-  const uint64_t total = a.nbytes();
-  if (off >= total || len == 0) return false;
-  len = std::min(len, total - off);
-  const uint64_t E = a.dtype().itemsize;
-  bool all = true;
-  for_each_region_in_range(a.shape(), off / E, (off + len + E - 1) / E,
-                           [&](const Region& r) { all = all && a.decoded(r); });
-  return all;
-}
-
-uint64_t Engine::decode_ahead_room() const {
-  const uint64_t budget = cache_->budget();
-  const uint64_t room = budget - std::min(budget, cache_->used()) + cache_->used_consumed();
-  // Asked for and not decoded yet, it is not in the cache but will be: without it, the reads
-  // that follow one another while it decodes each found the room free and asked for it again.
-  const uint64_t pending = prefetch_pending_.load(std::memory_order_relaxed);
-  return room > pending ? (room - pending) / 2 : 0;
-}
-
-namespace {
-
-// Decode-ahead bytes planned and not yet done (Engine::prefetch_pending_): each task takes its
-// share off when it ends (the shares add up to the whole), the last owner (the batch, run or
-// rejected) what tasks that never ran left.
-struct PendingPrefetch {
-  std::atomic<uint64_t>& total;
-  std::atomic<uint64_t> left;
-  PendingPrefetch(std::atomic<uint64_t>& t, uint64_t n) : total(t), left(n) { total.fetch_add(n, std::memory_order_relaxed); }
-  ~PendingPrefetch() { total.fetch_sub(left.load(), std::memory_order_relaxed); }
-  void done(uint64_t n) {
-    left.fetch_sub(n, std::memory_order_relaxed);
-    total.fetch_sub(n, std::memory_order_relaxed);
-  }
-};
-
-}  // namespace
-
-void Engine::prefetch_bytes(const Array& a, uint64_t off, uint64_t len, std::shared_ptr<const ReadCover> cover) {
-  const uint64_t total = a.nbytes();
-  if (off >= total || len == 0) return;
-  len = std::min(len, total - off);
-  const uint64_t E = a.dtype().itemsize;
-  const uint64_t end = off + len;
-  ReadPlan plan;
-  plan.request = request_size(len);
-  const auto plan_range = [&](uint64_t lo, uint64_t hi) {
-    for_each_region_in_range(a.shape(), lo / E, (hi + E - 1) / E, [&](const Region& r) { a.plan_prefetch(r, plan); });
-  };
-  if (!cover) {
-    plan_range(off, end);
-  } else {
-    for (uint64_t lo = off; lo < end;) {
-      // Pieces end where a decode unit ends, so that a chunk is planned in one piece.
-      uint64_t hi = std::min(lo + kPrefetchPiece, end);
-      const ByteSpan u = a.decode_span(hi - 1);
-      if (!u.empty()) hi = std::max(hi, u.hi);
-      hi = std::min((hi + E - 1) / E * E, end);
-      const size_t first = plan.tasks.size();
-      plan_range(lo, hi);
-      for (size_t i = first; i < plan.tasks.size(); ++i)
-        plan.tasks[i] = [this, cover, lo, hi, t = std::move(plan.tasks[i])] {
-          if (cover->covers(lo, hi)) {
-            stats_.prefetch_dropped.fetch_add(1, std::memory_order_relaxed);
-            return;
-          }
-          t();
-        };
-      lo = hi;
-    }
-  }
-  if (plan.tasks.empty()) return;
-  auto pending = std::make_shared<PendingPrefetch>(prefetch_pending_, len);
-  const uint64_t count = plan.tasks.size();
-  for (uint64_t k = 0; k < count; ++k) {
-    const uint64_t share = len / count + (k < len % count ? 1 : 0);
-    auto& task = plan.tasks[k];
-    task = [pending, share, t = std::move(task)] {
-      struct Done {
-        PendingPrefetch& p;
-        uint64_t n;
-        ~Done() { p.done(n); }
-      } done{*pending, share};
-      t();
-    };
-  }
-  pool_->try_run_detached(std::move(plan.tasks), 64, plan.common_key());
 }
 
 }  // namespace h5d

@@ -1,5 +1,7 @@
-// The engine: the shared machinery every array reads through (thread pool, descriptor cache,
-// decoded-chunk cache, counters) and the entry points that turn byte ranges into bytes.
+// The engine: the shared machinery every array reads through (thread pool, CPU slots,
+// descriptor cache, decoded-chunk cache, decode buffers, counters) and its source requests.
+// Reading an array is array/reader.h's; the open HDF5 files and their metadata are
+// h5lib/h5files.h's.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -9,8 +11,6 @@
 #include <string>
 #include <thread>
 
-#include "core/array/array.h"
-#include "core/h5lib/h5helper.h"
 #include "core/engine/threadpool.h"
 
 namespace h5d {
@@ -18,8 +18,6 @@ namespace h5d {
 class BufferPool;
 class FdCache;
 class ChunkCache;
-class H5File;
-class Metadata;
 
 struct EngineOptions {
   unsigned threads = std::thread::hardware_concurrency();  // decode threads (CPU slots)
@@ -31,7 +29,6 @@ struct EngineOptions {
   unsigned max_open_files = 128;   // descriptors kept open (HDF5 handles are bounded alike)
   uint64_t contiguous_split = 8ull << 20;  // large contiguous reads are split into jobs this size
   bool vds_missing_fill = false;   // true: a missing VDS source reads as fill (libhdf5's way)
-  HelperOptions helper;            // libhdf5 in helper processes (path set) or in this one
 };
 
 // Counters of what the core does to serve reads, shown in .h5direct/stats.json (the reads and
@@ -65,25 +62,6 @@ struct Stats {
  private:
   mutable std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards fallbacks_
   std::map<std::string, uint64_t> fallbacks_;
-};
-
-// The data bytes [lo, hi) of an array that one read stream has read or had pushed (vfs's
-// SequentialPrefetcher keeps it up to date), shared with the decode-ahead the stream asked for.
-// A reader that outruns the pool decodes what it reads on its own thread; the decode-ahead
-// queued for those bytes would then decode them a second time once the decoded chunks have left
-// the cache's consumed list, for nobody (measured: 4,000 frames read through mmap decoded up to
-// 5,996 chunks). A piece of decode-ahead whose bytes the stream has covered is dropped instead.
-// Relaxed reads of two atomics: a stale answer only decodes a piece once more or leaves it to
-// the reader, never changes bytes.
-struct ReadCover {
-  std::atomic<uint64_t> lo{~0ull}, hi{0};
-  void set(uint64_t l, uint64_t h) {
-    lo.store(l, std::memory_order_relaxed);
-    hi.store(h, std::memory_order_relaxed);
-  }
-  bool covers(uint64_t l, uint64_t h) const {
-    return lo.load(std::memory_order_relaxed) <= l && h <= hi.load(std::memory_order_relaxed);
-  }
 };
 
 class Engine {
@@ -120,8 +98,6 @@ class Engine {
   // (1,500 requests for 157 MB where 1,200 do), and two pieces sharing a page read it twice or
   // wait for each other.
   static uint64_t request_end(uint64_t at, uint64_t piece, uint64_t end);
-  // Runs a plan's tasks on the pool (see ReadPlan::keys) and waits for them.
-  void run(ReadPlan& plan);
   // A source read of the data path: pread_exact, counted (source_requests, bytes_pread, the
   // depth reached) and, with -o debug, logged when slow.
   void source_read(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what);
@@ -143,41 +119,8 @@ class Engine {
   ChunkCache& cache() { return *cache_; }
   BufferPool& buffers() { return *buffers_; }  // for decoded chunks
   Stats& stats() { return stats_; }
-  // Every question for libhdf5 (metadata.h): HDF5 helper processes (helper options set: the
-  // daemon) or libhdf5 in this process (the helper itself, unit tests, tools), chosen once.
-  Metadata& metadata() { return *meta_; }
-  // The HDF5 helper processes (nullptr: libhdf5 runs in this process): only for the write path
-  // (core/write/ spawns its writer processes with their options) and tests; the read side
-  // asks metadata().
-  HelperPool* helpers();
-
-  // Opens an HDF5 file (or returns the one already open). Throws Error(ENOENT/EIO/...).
-  std::shared_ptr<H5File> open_file(const std::string& path);
-  // Drops what is known of `path` (its H5File: metadata, arrays, libhdf5 handle once unused);
-  // the next open_file reads it anew.
-  void forget_file(const std::string& path);
-
-  // Reads bytes [off, off+len) of the C-order bytes of `a` into `out`: every chunk, file and
-  // part touched is read and decoded concurrently. Errors carry file, dataset and chunk.
-  void read_bytes(const Array& a, uint64_t off, uint64_t len, uint8_t* out);
-  // Reads region `r` of `a` into a strided destination.
-  void read_region(const Array& a, const Region& r, const DestView& dst);
-  // What a decode-ahead may ask for now: half the chunk cache's room (its free bytes and those of
-  // chunks read to their end, which it evicts first), less the decode-ahead asked for and not yet
-  // done; half, as the cache's shards fill unevenly. Takes no lock.
-  uint64_t decode_ahead_room() const;
-  // Starts decoding the chunks under bytes [off, off+len) in the background (never blocks; does
-  // nothing when the pool is saturated). With `cover`, the range is planned in pieces of at
-  // least one decode unit and kPrefetchPiece bytes, and a piece whose bytes `cover` holds when
-  // its turn comes is dropped (stats: prefetch_dropped).
-  void prefetch_bytes(const Array& a, uint64_t off, uint64_t len,
-                      std::shared_ptr<const ReadCover> cover = nullptr);
-  // The size of a piece: small enough that a dropped piece is little decode-ahead lost, large
-  // enough that planning a piece (microseconds) stays far below decoding it (>= 1 ms at the
-  // ~1 GB/s one core inflates deflate).
-  static constexpr uint64_t kPrefetchPiece = 1ull << 20;
-  // True when bytes [off, off+len) of `a` can be read without decoding (Array::decoded).
-  bool bytes_decoded(const Array& a, uint64_t off, uint64_t len);
+  // Bytes of decode-ahead asked for and not yet done (array/reader.h: decode_ahead_room).
+  std::atomic<uint64_t>& prefetch_pending() { return prefetch_pending_; }
 
  private:
   // source_read once residency is known (`cold`: the page cache cannot answer it, so the worker
@@ -193,9 +136,6 @@ class Engine {
   std::unique_ptr<ChunkCache> cache_;
   std::atomic<uint64_t> prefetch_pending_{0};  // bytes of decode-ahead planned and not yet done
   std::unique_ptr<BufferPool> buffers_;
-  std::unique_ptr<Metadata> meta_;
-  std::mutex files_mu_;  // lock level 4 (docs/architecture.md): after the HDF5 lock; guards files_
-  std::map<std::string, std::shared_ptr<H5File>> files_;
 };
 
 }  // namespace h5d

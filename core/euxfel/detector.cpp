@@ -5,6 +5,7 @@
 #include <regex>
 #include <set>
 
+#include "core/array/reader.h"
 #include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -417,7 +418,7 @@ std::vector<uint64_t> Detector::inner_ids(const std::string& field) {
     fail_data(src_.name + " " + name + ": " + shape_str(s) + " is not one ID per frame");
   const size_t M = s[0], F = s[1], E = k.dtype.itemsize;
   std::vector<uint8_t> bytes(a->nbytes());
-  run_->engine().read_bytes(*a, 0, bytes.size(), bytes.data());
+  read_bytes(run_->engine(), *a, 0, bytes.size(), bytes.data());
   const bool is_signed = k.dtype.typestr.size() > 1 && k.dtype.typestr[1] == 'i';
   auto value = [&](size_t m, size_t f) -> uint64_t {
     const uint8_t* p = bytes.data() + (m * F + f) * E;

@@ -5,12 +5,13 @@
 #include "core/engine/engine.h"
 #include "core/error.h"
 #include "core/h5lib/h5file.h"
+#include "core/h5lib/h5files.h"
 #include "core/h5lib/metadata.h"
 
 namespace h5d::euxfel::meta {
 namespace {
 
-Metadata& of(H5File& f) { return f.engine().metadata(); }
+Metadata& of(H5File& f) { return f.files().metadata(); }
 
 }  // namespace
 

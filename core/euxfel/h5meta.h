@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/h5lib/run_meta.h"
 #include "core/vocab/value.h"
 
 namespace h5d {
@@ -41,27 +42,11 @@ bool try_read_i64(H5File& f, const std::string& path, std::vector<int64_t>& out,
 // The EuXFEL INDEX arrays of several index groups below one INDEX group (`base`, e.g.
 // "/INDEX/<source>"; group "" = base itself), `base` opened once: <group>/first and
 // <group>/count, or format 0.1's first/last/status converted to count = (last-first+1)*status,
-// each cut to n entries. Per group: the arrays, or an error (missing datasets, read errors).
-struct IndexArrays {
-  std::vector<uint64_t> firsts, counts;
-  std::string error;
-};
+// each cut to n entries (IndexArrays: core/h5lib/run_meta.h).
 std::vector<IndexArrays> read_index(H5File& f, const std::string& base,
                                     const std::vector<std::string>& groups, uint64_t n);
 
-// Everything Run::open reads from one sequence file (sequence_file.cpp, read_sequence_file): in the
-// daemon one HDF5 helper request per file instead of one per item.
-struct SequenceMeta {
-  std::string format_version;              // "0.5" when METADATA/dataFormatVersion is absent
-  std::vector<uint64_t> train_ids;         // INDEX/trainId, zeros removed
-  std::vector<uint8_t> valid;              // one per train
-  std::vector<std::string> control_sources, instrument_sources;
-  std::map<std::string, std::string> legacy;                     // legacy -> canonical source
-  std::map<std::string, std::vector<std::string>> source_groups;  // index groups per source
-  std::map<std::string, IndexArrays> index;                        // by INDEX path
-  std::vector<std::string> notes;          // for Run::errors
-  std::vector<std::pair<std::string, Value>> metadata_values;  // METADATA (with_metadata only)
-};
+// Everything Run::open reads from one sequence file (SequenceMeta: core/h5lib/run_meta.h).
 // Throws Error (the file is then skipped, as EXtra-data skips it) when it is no sequence file.
 // with_index: also the INDEX arrays of every (source, group) METADATA names (else `index` is
 // empty: Run reads a source's INDEX when the source is first used).

@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <regex>
 
-#include "core/engine/engine.h"
+#include "core/h5lib/h5files.h"
 #include "core/error.h"
 #include "core/euxfel/h5meta.h"
 #include "core/euxfel/run_internal.h"
@@ -25,7 +25,7 @@ using detail::first_element;
 using detail::h5_files_in;
 using detail::join;
 
-std::string find_valid_overview(Engine& engine, const std::string& dir, std::string* why_not) {
+std::string find_valid_overview(H5Files& files, const std::string& dir, std::string* why_not) {
   std::vector<std::string> candidates{join(dir, "overview.h5")};
   // voview_paths_for_run: <prop>/(raw|proc)/r####  ->  <prop>/usr/.extra_data/RAW-R####-OVERVIEW.h5
   char* real = realpath(dir.c_str(), nullptr);
@@ -56,7 +56,7 @@ std::string find_valid_overview(Engine& engine, const std::string& dir, std::str
     struct stat st;
     if (stat(c.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
     try {
-      auto f = engine.open_file(c);
+      auto f = files.open(c);
       int64_t version = 0;
       for (const auto& [name, v] : f->attributes("/")) {
         if (name != "virtual_overview_version") continue;

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/engine/engine.h"
+#include "core/h5lib/h5files.h"
 #include "core/error.h"
 #include "core/euxfel/h5meta.h"
 #include "core/euxfel/live.h"
@@ -29,15 +30,17 @@ using detail::join;
 using detail::seq_name_re;
 using detail::u64_array;
 
-Run::Run(Engine& engine, std::string dir, RunOptions opts)
-    : engine_(engine), dir_(std::move(dir)), opts_(opts) {}
+Run::Run(H5Files& files, std::string dir, RunOptions opts)
+    : h5files_(files), dir_(std::move(dir)), opts_(opts) {}
 
-std::shared_ptr<Run> Run::open(Engine& engine, const std::string& dir, RunOptions opts) {
-  std::shared_ptr<Run> run(new Run(engine, dir, opts));
+Engine& Run::engine() const { return h5files_.engine(); }
+
+std::shared_ptr<Run> Run::open(H5Files& files, const std::string& dir, RunOptions opts) {
+  std::shared_ptr<Run> run(new Run(files, dir, opts));
   std::vector<std::string> paths;
   if (opts.use_overview) {
     std::string why;
-    run->overview_ = find_valid_overview(engine, dir, &why);
+    run->overview_ = find_valid_overview(files, dir, &why);
     if (run->overview_.empty() && !why.empty())
       log::info("euxfel: " + dir + ": overview file not used: " + why);
   }
@@ -106,7 +109,7 @@ void Run::for_each_file(const std::vector<std::string>& paths, const std::functi
   // Each file is one request to an HDF5 helper: the metadata spreads them over its helpers (so
   // each file stays open where the run's later requests for it go, and the helpers work at
   // once); in process, libhdf5 runs under one lock anyway: in turn.
-  engine_.metadata().for_each_file(paths, fn);
+  h5files_.metadata().for_each_file(paths, fn);
 }
 
 void Run::load_files(const std::vector<std::string>& paths) {
@@ -139,7 +142,7 @@ void Run::load_files(const std::vector<std::string>& paths) {
       return;
     }
     try {
-      auto f = engine_.open_file(paths[i]);
+      auto f = h5files_.open(paths[i]);
       l.meta = meta::read_sequence_file(*f, with_metadata);
       l.error.clear();
     } catch (const std::exception& e) {
@@ -231,7 +234,7 @@ void Run::load_details() const {
   std::vector<std::string> errs(paths.size());
   for_each_file(paths, [&](size_t k) {
     try {
-      metas[k] = meta::read_sequence_file(*engine_.open_file(paths[k]), which[k] == 0);
+      metas[k] = meta::read_sequence_file(*h5files_.open(paths[k]), which[k] == 0);
     } catch (const std::exception& e) {
       errs[k] = e.what();
     }

@@ -32,6 +32,7 @@
 
 namespace h5d {
 class Engine;
+class H5Files;
 class H5File;
 }  // namespace h5d
 
@@ -45,13 +46,13 @@ bool is_run_file(H5File& f);
 // like a sequence file. Directories with other EuXFEL-like .h5 files are found by
 // looks_like_run_dir_deep (opens one file's metadata).
 bool looks_like_run_dir(const std::string& dir);
-bool looks_like_run_dir_deep(Engine& engine, const std::string& dir);
+bool looks_like_run_dir_deep(H5Files& files, const std::string& dir);
 
 // The virtual overview file that EXtra-data would use for `dir` (voview.find_file_valid):
 // `dir/overview.h5` or `<proposal>/usr/.extra_data/{RAW,PROC}-R####-OVERVIEW.h5`, valid when its
 // attribute virtual_overview_version <= 1 and `.source_files/{names,sizes}` equal the .h5 files
 // now in `dir` (except overview.h5) and their sizes. "" when there is none.
-std::string find_valid_overview(Engine& engine, const std::string& dir, std::string* why_not = nullptr);
+std::string find_valid_overview(H5Files& files, const std::string& dir, std::string* why_not = nullptr);
 
 // What EXtra-data's files map (karabo_data_map.json, RunFilesMap) says of one sequence file,
 // already checked against the file on disk (size and mtime): the file need not be opened to
@@ -168,11 +169,12 @@ class Source {
 class Run {
  public:
   // Opens the run in `dir`. Throws Error(ENOENT) when it holds no readable sequence file.
-  static std::shared_ptr<Run> open(Engine& engine, const std::string& dir, RunOptions opts = {});
+  static std::shared_ptr<Run> open(H5Files& files, const std::string& dir, RunOptions opts = {});
 
   const std::string& dir() const { return dir_; }
   const RunOptions& options() const { return opts_; }
-  Engine& engine() const { return engine_; }
+  Engine& engine() const;
+  H5Files& h5files() const { return h5files_; }
   // The overview file the run was built from ("" when built from the sequence files).
   const std::string& overview() const { return overview_; }
   const std::vector<SequenceFile>& files() const { return files_; }
@@ -252,7 +254,7 @@ class Run {
   std::vector<std::string> errors() const;
 
  private:
-  Run(Engine& engine, std::string dir, RunOptions opts);
+  Run(H5Files& files, std::string dir, RunOptions opts);
   void leave_out_files_being_written(std::vector<std::string>& paths);
   void load_files(const std::vector<std::string>& paths);
   void build_sources();
@@ -271,7 +273,7 @@ class Run {
   Source& source_mut(const std::string& name);
   void note_error(const std::string& msg) const;
 
-  Engine& engine_;
+  H5Files& h5files_;
   std::string dir_;
   RunOptions opts_;
   std::string overview_;

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/engine/engine.h"
+#include "core/h5lib/h5files.h"
 #include "core/error.h"
 #include "core/euxfel/h5meta.h"
 #include "core/euxfel/run_internal.h"
@@ -28,7 +29,7 @@ void Run::load_keys_locked(Source& s) {
   std::string data_name = s.alias_of_.empty() ? s.name_ : s.alias_of_;
   std::string base = "/" + section + "/" + data_name;
   try {
-    auto f = engine_.open_file(sf.path);
+    auto f = h5files_.open(sf.path);
     const std::vector<std::string> rels = meta::list_datasets(*f, base);
     std::vector<std::string> paths;
     for (const std::string& rel : rels) paths.push_back(base + "/" + rel);
@@ -92,7 +93,7 @@ void Run::fetch_index_locked(Source& s, const std::vector<std::string>& groups) 
   std::vector<std::string> errs(paths.size());
   for_each_file(paths, [&](size_t k) {
     try {
-      got[k] = meta::read_index(*engine_.open_file(paths[k]), base, groups, files_[which[k]].train_ids.size());
+      got[k] = meta::read_index(*h5files_.open(paths[k]), base, groups, files_[which[k]].train_ids.size());
       if (got[k].size() != groups.size()) fail(EIO, "INDEX arrays of " + std::to_string(got[k].size()) + " groups for " +
                                                         std::to_string(groups.size()));
     } catch (const std::exception& e) {
@@ -252,7 +253,7 @@ ArrayPtr Run::key_array(const std::string& source, const std::string& key) {
   // A key over the run: the concatenation of its blocks, contiguous blocks of one file as one
   // part; each file is opened when a read first touches it.
   std::vector<ConcatArray::Part> parts;
-  Engine& engine = engine_;
+  H5Files& h5 = h5files_;
   for (const Block& b : gi->blocks) {
     if (b.rows == 0) continue;
     const std::string& path = files_[b.file].path;
@@ -261,20 +262,20 @@ ArrayPtr Run::key_array(const std::string& source, const std::string& key) {
       continue;
     }
     const std::string dset = k.dset_path;
-    parts.push_back({[&engine, path, dset] { return engine.open_file(path)->dataset_array(dset); },
+    parts.push_back({[&h5, path, dset] { return h5.open(path)->dataset_array(dset); },
                      b.first, b.rows, path, path, dset});
   }
   // Each part's open needs its dataset's metadata in its file (from an HDF5 helper in the
-  // daemon): a read over many files fetches them in one batch (H5File::prefetch_infos: one
+  // daemon): a read over many files fetches them in one batch (H5Files::prefetch_infos: one
   // request per helper, all at once), then opens the parts (the chunk index, read in this
   // process) on the engine's pool.
-  auto open_many = [&engine](const std::vector<const ConcatArray::Part*>& many) {
+  auto open_many = [&h5](const std::vector<const ConcatArray::Part*>& many) {
     std::vector<std::pair<std::string, std::string>> items;
     for (const ConcatArray::Part* p : many) items.emplace_back(p->file, p->dataset);
-    H5File::prefetch_infos(engine, items);
+    h5.prefetch_infos(items);
   };
   auto a = std::make_shared<ConcatArray>(std::move(parts), k.entry_shape, k.dtype,
-                                         dir_ + ": " + source + " " + key, open_many, &engine_.pool());
+                                         dir_ + ": " + source + " " + key, open_many, &engine().pool());
   s.arrays_[key] = a;
   return a;
 }
@@ -322,11 +323,11 @@ std::vector<Run::RowBlock> Run::key_row_blocks(const std::string& source, const 
       for (const Block& b : group_index(source, other.group)->blocks)
         if (b.rows) items.emplace_back(files_[b.file].path, other.dset_path);
     }
-    H5File::prefetch_infos(engine_, items);
+    h5files_.prefetch_infos(items);
   }
   for (RowBlock& r : out) {
     try {
-      auto info = engine_.open_file(files_[r.file].path)->dataset_info(k.dset_path);
+      auto info = h5files_.open(files_[r.file].path)->dataset_info(k.dset_path);
       if (!info->chunks.empty()) r.chunk_rows = info->chunks[0];
     } catch (const std::exception& e) {
       r.error = e.what();
@@ -363,7 +364,7 @@ ArrayPtr Run::train_timestamps_array() {
     if (!wanted) continue;
     std::vector<uint64_t> file_ts;
     try {
-      if (!meta::try_read_u64(*engine_.open_file(sf.path), "/INDEX/timestamp", file_ts)) continue;
+      if (!meta::try_read_u64(*h5files_.open(sf.path), "/INDEX/timestamp", file_ts)) continue;
     } catch (const std::exception& e) {
       note_error(sf.name + ": INDEX/timestamp not read: " + e.what());
       continue;

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <regex>
 
-#include "core/engine/engine.h"
+#include "core/h5lib/h5files.h"
 #include "core/error.h"
 #include "core/euxfel/h5meta.h"
 #include "core/euxfel/run_internal.h"
@@ -96,11 +96,11 @@ bool looks_like_run_dir(const std::string& dir) {
   return found;
 }
 
-bool looks_like_run_dir_deep(Engine& engine, const std::string& dir) {
+bool looks_like_run_dir_deep(H5Files& files, const std::string& dir) {
   if (looks_like_run_dir(dir)) return true;
   try {
     for (const std::string& n : h5_files_in(dir, true)) {
-      auto f = engine.open_file(join(dir, n));
+      auto f = files.open(join(dir, n));
       return is_run_file(*f) && meta::exists(*f, "/INDEX/trainId");
     }
   } catch (const std::exception&) {

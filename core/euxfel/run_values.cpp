@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <set>
 
-#include "core/engine/engine.h"
+#include "core/h5lib/h5files.h"
 #include "core/error.h"
 #include "core/euxfel/h5meta.h"
 #include "core/euxfel/run_internal.h"
@@ -49,7 +49,7 @@ Run::KeyValues Run::key_values(const std::string& source, const std::string& key
     if (b.rows == 0) continue;
     if (b.file != cached_file) {
       cached_file = b.file;
-      file_value = engine_.open_file(files_[b.file].path)->read_value(k.dset_path, kMaxValueElementsPerFile);
+      file_value = h5files_.open(files_[b.file].path)->read_value(k.dset_path, kMaxValueElementsPerFile);
     }
     const std::string where = files_[b.file].name + ":" + k.dset_path;
     if (file_value.kind != Value::Kind::List) {
@@ -81,7 +81,7 @@ Value Run::run_values(const std::string& source) {
   if (!s.is_control()) return out;
   const SequenceFile& sf = files_[s.files_.front()];
   std::string base = "/RUN/" + (s.alias_of_.empty() ? s.name_ : s.alias_of_);
-  auto f = engine_.open_file(sf.path);
+  auto f = h5files_.open(sf.path);
   for (const std::string& rel : meta::list_datasets(*f, base)) {
     std::string k = rel;
     std::replace(k.begin(), k.end(), '/', '.');
@@ -103,7 +103,7 @@ std::vector<KeyInfo> Run::run_only_keys(const std::string& source) {
   for (const KeyInfo& k : keys(source)) control.insert(k.name);
   const Source& s = this->source(source);
   const std::string base = "/RUN/" + (s.alias_of_.empty() ? s.name_ : s.alias_of_);
-  auto f = engine_.open_file(files_[s.files_.front()].path);
+  auto f = h5files_.open(files_[s.files_.front()].path);
   std::vector<std::string> rels, paths;
   for (const std::string& rel : meta::list_datasets(*f, base)) {
     std::string k = rel;

@@ -126,6 +126,13 @@ bool SourceBroker::owner_may_as(uid_t uid, const std::vector<gid_t>& gids, const
 
 BrokerAnswer SourceBroker::stat(const std::string& path, bool follow, const std::vector<std::string>& files) {
   if (path.empty() || path[0] != '/') return refuse(-1, EACCES, "not an absolute path");
+  looked_up_.fetch_add(1, std::memory_order_relaxed);
+  BrokerAnswer a;
+  // The files the daemon asked about: looked up as they are (the daemon reads them itself).
+  if (std::find(files.begin(), files.end(), path) != files.end()) {
+    if ((follow ? ::stat(path.c_str(), &a.st) : ::lstat(path.c_str(), &a.st)) != 0) return failed(errno);
+    return a;
+  }
   // Where the path leads (what is missing, or a final symlink not followed: below its directory's
   // resolved path), decided before the path is looked up: whether a path the policy refuses
   // exists is not told either.
@@ -137,12 +144,10 @@ BrokerAnswer SourceBroker::stat(const std::string& path, bool follow, const std:
     const auto slash = path.rfind('/');
     real = resolved(slash == 0 ? "/" : path.substr(0, slash)) + path.substr(slash);
   }
-  const bool named = std::find(files.begin(), files.end(), path) != files.end();
-  if (!named && !under_root(real) &&
+  if (!under_root(real) &&
       std::none_of(files.begin(), files.end(), [&](const std::string& f) { return owner_may(f, real, 0); })) {
     return refuse(-1, EACCES, "outside the mount's source, and the owner of the file asked about may not reach it");
   }
-  BrokerAnswer a;
   if ((follow ? ::stat(path.c_str(), &a.st) : ::lstat(path.c_str(), &a.st)) != 0) return failed(errno);
   return a;
 }
@@ -171,6 +176,7 @@ BrokerAnswer SourceBroker::open(const std::string& path, int flags, unsigned, co
   }
   const std::string real = path_of(fd, path);
   if (!under_root(real)) {
+    // Even a file the daemon named: the names of VDS sources and link targets come from helpers.
     if (fmt::hdf5_signature(fd, static_cast<uint64_t>(st.st_size)) != 1) {
       refused_.fetch_add(1, std::memory_order_relaxed);
       return refuse(fd, EACCES, "outside the mount's source and not an HDF5 file");

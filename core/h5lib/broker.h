@@ -61,8 +61,9 @@ class SourceBroker final : public Broker {
   BrokerAnswer open(const std::string& path, int flags, unsigned mode,
                     const std::vector<std::string>& request_files) override;
   BrokerAnswer stat(const std::string& path, bool follow, const std::vector<std::string>& request_files) override;
-  // Counters (stats.json): descriptors handed over, opens refused by the policy.
+  // Counters (stats.json): descriptors handed over, paths looked up, asks refused by the policy.
   uint64_t opened() const { return opened_.load(std::memory_order_relaxed); }
+  uint64_t looked_up() const { return looked_up_.load(std::memory_order_relaxed); }
   uint64_t refused() const { return refused_.load(std::memory_order_relaxed); }
   // True the first time `path` is refused (the log names a refused path once, not per request).
   bool should_log(const std::string& path) override;
@@ -76,7 +77,7 @@ class SourceBroker final : public Broker {
   std::vector<gid_t> groups_of(uid_t uid, gid_t gid);
 
   std::vector<std::string> roots_;
-  std::atomic<uint64_t> opened_{0}, refused_{0};
+  std::atomic<uint64_t> opened_{0}, looked_up_{0}, refused_{0};
   std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards groups_, refused_paths_
   std::map<uid_t, std::vector<gid_t>> groups_;
   std::set<std::string> refused_paths_;  // at most kMaxRefusedPaths

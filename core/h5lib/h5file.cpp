@@ -5,38 +5,41 @@
 #include "core/array/dataset.h"
 #include "core/engine/engine.h"
 #include "core/error.h"
+#include "core/h5lib/h5files.h"
 #include "core/h5lib/metadata.h"
 #include "core/log.h"
 
 namespace h5d {
 
-H5File::H5File(Engine& engine, std::string path) : engine_(engine), path_(std::move(path)) {
+H5File::H5File(H5Files& files, std::string path) : files_(files), path_(std::move(path)) {
   struct stat st;
   if (::stat(path_.c_str(), &st) == 0) identity_ = identity_of(st);
 }
 
 H5File::~H5File() = default;  // local_ closes the libhdf5 handle, if any (h5local.cpp)
 
+Engine& H5File::engine() const { return files_.engine(); }
+
 std::vector<LinkEntry> H5File::list_group(const std::string& group_path) {
-  return engine_.metadata().list_group(*this, group_path);
+  return files_.metadata().list_group(*this, group_path);
 }
 
-ObjectKind H5File::kind_of(const std::string& path) { return engine_.metadata().kind_of(*this, path); }
+ObjectKind H5File::kind_of(const std::string& path) { return files_.metadata().kind_of(*this, path); }
 
 std::vector<std::pair<std::string, Value>> H5File::attributes(const std::string& object_path) {
-  return engine_.metadata().attributes(*this, object_path);
+  return files_.metadata().attributes(*this, object_path);
 }
 
 std::vector<std::string> H5File::attribute_names(const std::string& object_path) {
-  return engine_.metadata().attribute_names(*this, object_path);
+  return files_.metadata().attribute_names(*this, object_path);
 }
 
 Value H5File::attribute(const std::string& object_path, const std::string& name) {
-  return engine_.metadata().attribute(*this, object_path, name);
+  return files_.metadata().attribute(*this, object_path, name);
 }
 
 Value H5File::read_value(const std::string& dset_path, uint64_t max_elements) {
-  return engine_.metadata().read_value(*this, dset_path, max_elements);
+  return files_.metadata().read_value(*this, dset_path, max_elements);
 }
 
 std::shared_ptr<const DatasetInfo> H5File::dataset_info(const std::string& dset_path) {
@@ -46,7 +49,7 @@ std::shared_ptr<const DatasetInfo> H5File::dataset_info(const std::string& dset_
     if (it != infos_.end()) return it->second;
   }
   StorageInfo st;
-  std::shared_ptr<const DatasetInfo> info = engine_.metadata().dataset_info(*this, dset_path, st);
+  std::shared_ptr<const DatasetInfo> info = files_.metadata().dataset_info(*this, dset_path, st);
   return remember(dset_path, info, st);
 }
 
@@ -78,7 +81,7 @@ std::shared_ptr<const DatasetInfo> H5File::dataset_details(const std::string& ds
   {  // one round trip where the metadata can (a helper); what listing needs is kept
     DatasetInfo info;
     StorageInfo st;
-    if (engine_.metadata().dataset_details(*this, dset_path, info, st)) {
+    if (files_.metadata().dataset_details(*this, dset_path, info, st)) {
       auto full = std::make_shared<const DatasetInfo>(std::move(info));
       remember_listed(dset_path, *full, st);
       return full;
@@ -90,7 +93,7 @@ std::shared_ptr<const DatasetInfo> H5File::dataset_details(const std::string& ds
     if (m.resolved_file.empty()) continue;
     ObjectKind k = ObjectKind::Other;
     try {
-      k = engine_.open_file(m.resolved_file)->kind_of(m.dataset_name);
+      k = files_.open(m.resolved_file)->kind_of(m.dataset_name);
     } catch (const std::exception& e) {
       m.source_missing = e.what();
       continue;
@@ -101,7 +104,7 @@ std::shared_ptr<const DatasetInfo> H5File::dataset_details(const std::string& ds
   if (!d->is_array) {
     try {
       // A value that breaks a helper is left out, not blamed on the file.
-      d->small_value = engine_.metadata().small_value(*this, dset_path, 1000);
+      d->small_value = files_.metadata().small_value(*this, dset_path, 1000);
     } catch (const std::exception&) {
     }
   }
@@ -113,7 +116,7 @@ std::vector<std::shared_ptr<const DatasetInfo>> H5File::datasets_details(const s
   std::vector<std::shared_ptr<const DatasetInfo>> out;
   out.reserve(dset_paths.size());
   std::vector<std::pair<DatasetInfo, StorageInfo>> got;
-  if (dset_paths.size() == 1 || !engine_.metadata().datasets_details(*this, group, dset_paths, got)) {
+  if (dset_paths.size() == 1 || !files_.metadata().datasets_details(*this, group, dset_paths, got)) {
     for (const std::string& p : dset_paths) out.push_back(dataset_details(p));
     return out;
   }
@@ -131,10 +134,6 @@ std::vector<std::shared_ptr<const DatasetInfo>> H5File::datasets_details(const s
   return out;
 }
 
-void H5File::prefetch_infos(Engine& engine, const std::vector<std::pair<std::string, std::string>>& items) {
-  engine.metadata().prefetch_infos(items);
-}
-
 StorageInfo H5File::storage_info(const std::string& dset_path) {
   dataset_info(dset_path);
   std::lock_guard<std::mutex> lk(mu_);
@@ -149,7 +148,7 @@ ArrayPtr H5File::dataset_array(const std::string& dset_path) {
   }
   auto info = dataset_info(dset_path);
   StorageInfo st = storage_info(dset_path);
-  ArrayPtr a = make_dataset_array(engine_, info, st);
+  ArrayPtr a = make_dataset_array(files_.engine(), files_, info, st);
   std::lock_guard<std::mutex> lk(mu_);
   auto [it, inserted] = arrays_.emplace(dset_path, a);
   return it->second;

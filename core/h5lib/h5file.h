@@ -1,7 +1,7 @@
 // One HDF5 file: its groups, datasets and their metadata, and the Array through which a
-// dataset's bytes are read directly. What libhdf5 knows is asked of the engine's Metadata
-// (metadata.h: a helper process in the daemon, libhdf5 in process elsewhere); this class keeps
-// what it was told (dataset metadata, arrays) and no libhdf5 call.
+// dataset's bytes are read directly. What libhdf5 knows is asked of the Metadata of the files it
+// belongs to (h5files.h, metadata.h: a helper process in the daemon, libhdf5 in process
+// elsewhere); this class keeps what it was told (dataset metadata, arrays) and no libhdf5 call.
 #pragma once
 #include <functional>
 #include <memory>
@@ -20,6 +20,7 @@
 namespace h5d {
 
 class Engine;
+class H5Files;
 
 enum class ObjectKind { Group, Dataset, Other };
 
@@ -41,17 +42,18 @@ struct LinkEntry {
 
 class H5File : public std::enable_shared_from_this<H5File> {
  public:
-  // Use Engine::open_file.
-  H5File(Engine& engine, std::string path);
+  // Use H5Files::open.
+  H5File(H5Files& files, std::string path);
   ~H5File();
   H5File(const H5File&) = delete;
   H5File& operator=(const H5File&) = delete;
 
   const std::string& path() const { return path_; }
-  Engine& engine() const { return engine_; }
+  Engine& engine() const;
+  H5Files& files() const { return files_; }
   // The file (device, inode, size, mtime) this object's metadata comes from, taken when it was
-  // created: Engine::open_file replaces an H5File whose file changed, and data reads through
-  // its arrays fail with ESTALE once the file is no longer this one.
+  // created: H5Files::open replaces an H5File whose file changed, and data reads through its
+  // arrays fail with ESTALE once the file is no longer this one.
   const FileIdentity& identity() const { return identity_; }
 
   // Members of a group, sorted by name; soft and external links followed, dangling ones left
@@ -77,14 +79,6 @@ class H5File : public std::enable_shared_from_this<H5File> {
   // key). Throws for the first that fails, as dataset_details would.
   std::vector<std::shared_ptr<const DatasetInfo>> datasets_details(const std::string& group,
                                                                    const std::vector<std::string>& dset_paths);
-  // Fetches the dataset_info of `items` ((file, dataset) pairs: the parts of a concatenation,
-  // the sources of a VDS; repeated pairs asked once) ahead of their dataset_info calls: the
-  // engine's Metadata::prefetch_infos. With HDF5 helpers that is one request per helper, each
-  // helper answering the files it is preferred for, all helpers at once, instead of one round
-  // trip per file. A hint: what is cached already, in a file marked bad, or fails (or a batch
-  // that breaks its helper) is left to dataset_info, which asks again on its own and reports.
-  // Without helpers it does nothing.
-  static void prefetch_infos(Engine& engine, const std::vector<std::pair<std::string, std::string>>& items);
   // The dataset's bytes as an Array (cached). Throws Error(EINVAL) when it is not an array.
   ArrayPtr dataset_array(const std::string& dset_path);
   // Reads a whole small dataset as a Value (strings included); used for run metadata.
@@ -114,7 +108,7 @@ class H5File : public std::enable_shared_from_this<H5File> {
   // not cached: dataset_details).
   void remember_listed(const std::string& dset_path, const DatasetInfo& details, const StorageInfo& st);
 
-  Engine& engine_;
+  H5Files& files_;
   std::string path_;
   FileIdentity identity_;  // zero when the file could not be stat'ed
   std::unique_ptr<LocalState> local_;

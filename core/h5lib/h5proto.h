@@ -11,7 +11,7 @@
 
 #include "core/vocab/dtype.h"
 #include "core/error.h"
-#include "core/euxfel/h5meta.h"
+#include "core/h5lib/run_meta.h"
 #include "core/h5lib/h5file.h"
 #include "core/vocab/value.h"
 

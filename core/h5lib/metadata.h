@@ -1,5 +1,6 @@
 // Metadata: every question the read side asks of libhdf5, as one interface (as the write side's
-// WriteFile, core/write/writer.h). An Engine holds one implementation, chosen once when it is made:
+// WriteFile, core/write/writer.h). H5Files (h5files.h) holds one implementation, chosen once when
+// it is made:
 //
 //   RemoteMetadata (remote_metadata.cpp, the daemon side): each call is a request to an HDF5
 //     helper process (h5helper.h, h5proto.h). It alone knows how many helpers there are: its
@@ -10,10 +11,10 @@
 // The daemon's library (h5direct_core) holds this interface, the remote implementation and the
 // protocol, and no libhdf5 call; the helper-side library (h5direct_h5) holds every libhdf5 call
 // and registers the local implementation (local_metadata_factory). A program without the
-// helper-side library can only make an Engine with helpers.
+// helper-side library can only open files through helpers.
 //
 // H5File (h5file.h) is the cache in front of it: callers ask H5File and euxfel::meta (h5meta.h),
-// which ask the engine's Metadata.
+// which ask the files' Metadata.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -22,13 +23,14 @@
 #include <utility>
 #include <vector>
 
-#include "core/euxfel/h5meta.h"
+#include "core/h5lib/run_meta.h"
 #include "core/h5lib/h5file.h"
 #include "core/vocab/value.h"
 
 namespace h5d {
 
 class Engine;
+class H5Files;
 class HelperPool;
 struct HelperOptions;
 
@@ -89,7 +91,8 @@ class Metadata {
     unsigned processes = 0;  // helper processes (when all run)
     uint64_t requests = 0, failures = 0, files_asked = 0;
     std::string sandbox;                           // what the helpers' sandbox holds (sandbox_plan.h describe())
-    uint64_t broker_opens = 0, broker_refused = 0;  // files the daemon opened for them, asks refused (broker.h)
+    // files the daemon opened for them, paths it looked up, asks refused (broker.h)
+    uint64_t broker_opens = 0, broker_lookups = 0, broker_refused = 0;
   };
   virtual Counters counters() const { return {}; }
   // Whether libhdf5 runs in other processes (the daemon) rather than in this one.
@@ -100,11 +103,11 @@ class Metadata {
 };
 
 // The remote implementation (remote_metadata.cpp): `opts.path` names the helper executable.
-std::unique_ptr<Metadata> make_remote_metadata(Engine& engine, const HelperOptions& opts);
+std::unique_ptr<Metadata> make_remote_metadata(H5Files& files, const HelperOptions& opts);
 
 // The local implementation's maker, registered by the helper-side library (h5local.cpp);
-// nullptr in a program without it (mount.h5direct), where an Engine without helpers fails.
-using LocalMetadataFactory = std::unique_ptr<Metadata> (*)(Engine&);
+// nullptr in a program without it (mount.h5direct), where H5Files without helpers fails.
+using LocalMetadataFactory = std::unique_ptr<Metadata> (*)(H5Files&);
 LocalMetadataFactory& local_metadata_factory();
 
 }  // namespace h5d

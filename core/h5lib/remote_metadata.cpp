@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/engine/engine.h"
+#include "core/h5lib/h5files.h"
 #include "core/error.h"
 #include "core/h5lib/h5helper.h"
 #include "core/h5lib/h5proto.h"
@@ -19,7 +20,7 @@ using proto::Op;
 
 class RemoteMetadata final : public Metadata {
  public:
-  RemoteMetadata(Engine& engine, const HelperOptions& opts) : engine_(engine), pool_(opts) {}
+  RemoteMetadata(H5Files& files, const HelperOptions& opts) : files_(files), engine_(files.engine()), pool_(opts) {}
 
   std::vector<LinkEntry> list_group(H5File& f, const std::string& group) override {
     return helper::call<std::vector<LinkEntry>>(pool_, Op::ListGroup, f.path(), group, group);
@@ -126,7 +127,7 @@ class RemoteMetadata final : public Metadata {
   void start() override { pool_.start_idle(); }
   Counters counters() const override {
     return {std::max(1u, pool_.options().count), pool_.requests(), pool_.failures(), pool_.files_asked(),
-            pool_.sandbox(), pool_.broker().opened(), pool_.broker().refused()};
+            pool_.sandbox(), pool_.broker().opened(), pool_.broker().looked_up(), pool_.broker().refused()};
   }
   bool isolated() const override { return true; }
   HelperPool* pool() override { return &pool_; }
@@ -146,6 +147,7 @@ class RemoteMetadata final : public Metadata {
   // pool, all at once (each waits on its helper).
   void each_lane(size_t lanes, const std::function<void(size_t)>& lane);
 
+  H5Files& files_;
   Engine& engine_;
   HelperPool pool_;
 };
@@ -220,7 +222,7 @@ void RemoteMetadata::prefetch_infos(const std::vector<std::pair<std::string, std
     if (!seen.insert({path, dset}).second) continue;
     std::shared_ptr<H5File> f;
     try {
-      f = engine_.open_file(path);
+      f = files_.open(path);
     } catch (const std::exception&) {
       continue;
     }
@@ -279,8 +281,8 @@ void RemoteMetadata::prefetch_infos(const std::vector<std::pair<std::string, std
 
 }  // namespace
 
-std::unique_ptr<Metadata> make_remote_metadata(Engine& engine, const HelperOptions& opts) {
-  return std::make_unique<RemoteMetadata>(engine, opts);
+std::unique_ptr<Metadata> make_remote_metadata(H5Files& files, const HelperOptions& opts) {
+  return std::make_unique<RemoteMetadata>(files, opts);
 }
 
 LocalMetadataFactory& local_metadata_factory() {

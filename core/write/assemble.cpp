@@ -20,6 +20,7 @@
 #include "core/filters/encode.h"
 #include "core/filters/filters.h"
 #include "core/h5lib/h5file.h"
+#include "core/h5lib/h5files.h"
 #include "core/log.h"
 #include "core/write/write_internal.h"
 
@@ -776,8 +777,12 @@ bool WriteBudget::try_take(uint64_t n) {
   return true;
 }
 
-Writer::Writer(Engine& engine, WriterOptions opts)
-    : engine_(engine), opts_(std::move(opts)), budget_(std::make_shared<WriteBudget>(opts_.pending_budget)) {}
+Writer::Writer(H5Files& files, WriterOptions opts)
+    : engine_(files.engine()),
+      h5files_(files),
+      make_write_file_(write_file_factory(files.helper_options())),
+      opts_(std::move(opts)),
+      budget_(std::make_shared<WriteBudget>(opts_.pending_budget)) {}
 
 Writer::~Writer() {
   try {
@@ -801,7 +806,7 @@ void Writer::create_file(const std::string& path, const NewFileOwner* owner) {
   // Two creates of one path: H5Fcreate's O_EXCL lets one win, the other gets EEXIST.
   dev_t dev = 0;
   ino_t ino = 0;
-  std::unique_ptr<WriteFile> h5 = create_write_file(engine_, path, dev, ino);
+  std::unique_ptr<WriteFile> h5 = make_write_file_(path, dev, ino);
   // The file libhdf5 created (O_EXCL), not whatever the path names by now: the directory may be
   // writable by others, who could put a symlink there meanwhile.
   const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
@@ -938,7 +943,7 @@ DatasetWriterPtr Writer::open_existing(const std::string& file, const std::strin
     std::lock_guard<std::mutex> g(mu_);
     if (auto it = existing_.find(what); it != existing_.end()) return it->second;
   }
-  auto h5f = engine_.open_file(file);
+  auto h5f = h5files_.open(file);
   auto info = h5f->dataset_info(path);
   const StorageInfo st = h5f->storage_info(path);
   if (info->layout != "contiguous" || !info->filters.empty() || st.external || st.library_only ||

@@ -1,6 +1,6 @@
 // Side: both. What the files of the write path (core/write/) share only among themselves: the
 // typestr check of plan_dataset (assemble.cpp), the wire form of a NewDataset (remote_file.cpp),
-// and the two WriteFiles create_write_file chooses between (write_file.cpp). No libhdf5 here.
+// and the two WriteFiles write_file_factory chooses between (write_file.cpp). No libhdf5 here.
 #pragma once
 #include <sys/types.h>
 

@@ -14,12 +14,13 @@
 //   remote_file.cpp (daemon) the WriteFile of the daemon: requests to the file's writer process
 //   helper/local_file.cpp    (helper side) the WriteFile that calls libhdf5 in process
 //   helper/write_server.cpp  (helper side) the writer process's answers (helper::serve_write)
-//   write_file.cpp  (both)   create_write_file: which of the two WriteFiles
+//   write_file.cpp  (both)   write_file_factory: which of the two WriteFiles
 #pragma once
 #include <sys/types.h>
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -32,6 +33,8 @@
 namespace h5d {
 
 class Engine;
+class H5Files;
+struct HelperOptions;
 namespace proto {
 class In;
 enum class Op : uint16_t;
@@ -92,7 +95,7 @@ struct NewFileOwner {
 };
 
 // The libhdf5 side of one file the Writer created: every libhdf5 call of the write path. In
-// the daemon (Engine::helpers() set) it is the file's own writer process, an h5direct-helper
+// the daemon (helper options set) it is the file's own writer process, an h5direct-helper
 // that holds only this file open for writing (a libhdf5 handle open for writing cannot be
 // shared between processes): a crash, abort or hang there costs this file only. In process
 // (unit tests, and inside that helper) it calls libhdf5 under the HDF5 lock. Datasets are named
@@ -118,9 +121,13 @@ class WriteFile {
   virtual void close() = 0;  // H5Fflush, H5Fclose; every later call fails with Error(EIO)
 };
 
-// Creates the HDF5 file `path` (O_EXCL; Error(EEXIST) when it exists) in the writer process
-// (engine.helpers() set) or in process. `created`: the device and inode libhdf5 created.
-std::unique_ptr<WriteFile> create_write_file(Engine& engine, const std::string& path, dev_t& dev, ino_t& ino);
+// Creates the HDF5 file `path` (O_EXCL; Error(EEXIST) when it exists); `dev`, `ino`: the device
+// and inode libhdf5 created.
+using WriteFileFactory = std::function<std::unique_ptr<WriteFile>(const std::string& path, dev_t& dev, ino_t& ino)>;
+// The WriteFile of this program, chosen once (as H5Files chooses its Metadata): a writer process
+// per file with helper options (the daemon), libhdf5 in process without them (unit tests, tools;
+// Error(EINVAL) at each create in a program without the helper-side library).
+WriteFileFactory write_file_factory(const HelperOptions& helpers);
 
 class DatasetWriter {
  public:
@@ -139,7 +146,9 @@ using DatasetWriterPtr = std::shared_ptr<DatasetWriter>;
 
 class Writer {
  public:
-  Writer(Engine& engine, WriterOptions opts);
+  // Files existing datasets are read from (write_existing) and where its writer processes come
+  // from (their helper options: write_file_factory).
+  Writer(H5Files& files, WriterOptions opts);
   ~Writer();  // close_all()
   Writer(const Writer&) = delete;
   Writer& operator=(const Writer&) = delete;
@@ -184,6 +193,8 @@ class Writer {
   void snapshot(std::vector<DatasetWriterPtr>& ds, std::vector<std::shared_ptr<FileState>>& files);
 
   Engine& engine_;
+  H5Files& h5files_;
+  WriteFileFactory make_write_file_;  // chosen once
   WriterOptions opts_;
   std::shared_ptr<WriteBudget> budget_;
   // Level 4 of the lock hierarchy in docs/architecture.md: taken after the HDF5 lock, before the

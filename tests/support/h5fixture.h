@@ -8,9 +8,45 @@
 #include <string>
 #include <vector>
 
+#include "core/array/reader.h"
+#include "core/engine/engine.h"
+#include "core/h5lib/h5file.h"
+#include "core/h5lib/h5files.h"
+#include "core/h5lib/metadata.h"
 #include "core/h5lib/h5helper.h"
 
 namespace h5d::test {
+
+// What a test's engine and files are made with: the engine's options, and the HDF5 helpers
+// (empty path: libhdf5 in the test process).
+struct CoreOptions : EngineOptions {
+  HelperOptions helper;
+};
+
+// An engine and its HDF5 files, as a program makes them, with the engine's old one-object API
+// for tests: opening files, reading arrays (array/reader.h), the metadata.
+struct TestCore : Engine {
+  explicit TestCore(const EngineOptions& o = {}) : Engine(o), files(*this, {}) {}
+  explicit TestCore(const CoreOptions& o) : Engine(o), files(*this, o.helper) {}
+  ~TestCore() { pool().shutdown(); }  // the pool's last tasks may use the files' arrays
+  TestCore(const TestCore&) = delete;
+  TestCore& operator=(const TestCore&) = delete;
+
+  std::shared_ptr<H5File> open_file(const std::string& path) { return files.open(path); }
+  void forget_file(const std::string& path) { files.forget(path); }
+  Metadata& metadata() { return files.metadata(); }
+  HelperPool* helpers() { return files.metadata().pool(); }
+  void run(ReadPlan& plan) { h5d::run(*this, plan); }
+  void read_bytes(const Array& a, uint64_t off, uint64_t len, uint8_t* out) { h5d::read_bytes(*this, a, off, len, out); }
+  void read_region(const Array& a, const Region& r, const DestView& dst) { h5d::read_region(*this, a, r, dst); }
+  void prefetch_bytes(const Array& a, uint64_t off, uint64_t len, std::shared_ptr<const ReadCover> cover = nullptr) {
+    h5d::prefetch_bytes(*this, a, off, len, std::move(cover));
+  }
+  bool bytes_decoded(const Array& a, uint64_t off, uint64_t len) { return h5d::bytes_decoded(a, off, len); }
+  uint64_t decode_ahead_room() { return h5d::decode_ahead_room(*this); }
+
+  H5Files files;
+};
 
 #ifdef H5D_HELPER_PATH
 // The built h5direct-helper with `count` processes and a request timeout (the backoff of a bad

@@ -18,8 +18,8 @@ using namespace h5d::test;
 
 namespace {
 
-EngineOptions small_opts() {
-  EngineOptions o;
+CoreOptions small_opts() {
+  CoreOptions o;
   o.threads = 3;
   o.cache_bytes = 8 << 20;
   o.contiguous_split = 64 << 10;  // exercise split reads on small data
@@ -27,7 +27,7 @@ EngineOptions small_opts() {
 }
 
 // Compares whole-array reads and many random byte ranges with the oracle.
-void check_ranges(Engine& e, const std::string& path, const std::string& dset, uint32_t seed = 7) {
+void check_ranges(TestCore& e, const std::string& path, const std::string& dset, uint32_t seed = 7) {
   INFO(path << ":" << dset);
   auto oracle = h5_read_all(path, "/" + dset);
   auto a = e.open_file(path)->dataset_array("/" + dset);
@@ -56,7 +56,7 @@ void check_ranges(Engine& e, const std::string& path, const std::string& dset, u
 }  // namespace
 
 TEST_CASE("chunked datasets of every index type and filter read like H5Dread", "[core]") {
-  Engine e(small_opts());
+  TestCore e(small_opts());
   struct Index {
     const char* name;
     bool latest;
@@ -98,7 +98,7 @@ TEST_CASE("chunked datasets of every index type and filter read like H5Dread", "
 }
 
 TEST_CASE("single-chunk, implicit and partially written chunked datasets", "[core]") {
-  Engine e(small_opts());
+  TestCore e(small_opts());
   FileSpec f;
   f.path = scratch_path("special_chunked.h5");
   f.latest = true;
@@ -143,7 +143,7 @@ TEST_CASE("single-chunk, implicit and partially written chunked datasets", "[cor
 }
 
 TEST_CASE("contiguous and compact datasets, user block, small offsets", "[core]") {
-  Engine e(small_opts());
+  TestCore e(small_opts());
   for (hsize_t ub : {hsize_t(0), hsize_t(512), hsize_t(4096)}) {
     FileSpec f;
     f.path = scratch_path("contig_ub" + std::to_string(ub) + ".h5");
@@ -186,7 +186,7 @@ TEST_CASE("contiguous and compact datasets, user block, small offsets", "[core]"
 }
 
 TEST_CASE("element types: byte orders, floats, compounds, arrays, strings, bools", "[core]") {
-  Engine e(small_opts());
+  TestCore e(small_opts());
   FileSpec f;
   f.path = scratch_path("types.h5");
   std::vector<std::pair<std::string, hid_t>> types = {
@@ -289,7 +289,7 @@ TEST_CASE("corrupt chunks fail with an error naming file, dataset and chunk; oth
     std::fwrite(junk, 1, sizeof junk, fp);
     std::fclose(fp);
   }
-  Engine e(small_opts());
+  TestCore e(small_opts());
   auto a = e.open_file(f.path)->dataset_array("/data");
   const uint64_t frame = 64 * 64 * 2;
   std::vector<uint8_t> buf(frame);
@@ -322,7 +322,7 @@ TEST_CASE("truncated files give EIO, not wrong bytes", "[core]") {
   REQUIRE(::truncate(f.path.c_str(), st.st_size - 50000) == 0);
   // libhdf5 itself refuses to open a file shorter than its superblock says; either way the
   // error is EIO and names the file.
-  Engine e(small_opts());
+  TestCore e(small_opts());
   try {
     auto a = e.open_file(f.path)->dataset_array("/data");
     std::vector<uint8_t> buf(a->nbytes());

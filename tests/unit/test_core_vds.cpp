@@ -82,7 +82,7 @@ void write_source(const std::string& name, std::vector<hsize_t> dims, bool chunk
   write_dataset(f, d, seed);
 }
 
-void compare_whole(Engine& e, const std::string& path, const std::string& dset) {
+void compare_whole(TestCore& e, const std::string& path, const std::string& dset) {
   INFO(path << ":" << dset);
   auto oracle = h5_read_all(path, dset);
   auto a = e.open_file(path)->dataset_array(dset);
@@ -103,10 +103,10 @@ void compare_whole(Engine& e, const std::string& path, const std::string& dset) 
 }  // namespace
 
 TEST_CASE("virtual datasets follow their mappings like libhdf5", "[core][vds]") {
-  EngineOptions o;
+  CoreOptions o;
   o.threads = 2;
   o.cache_bytes = 4 << 20;
-  Engine e(o);
+  TestCore e(o);
   // Sources: 4 module files of (10, 6, 5) uint16, chunked+deflate or contiguous.
   for (int m = 0; m < 4; ++m)
     write_source("vsrc" + std::to_string(m) + ".h5", {10, 6, 5}, m % 2 == 0, static_cast<uint32_t>(100 + m));
@@ -170,7 +170,7 @@ TEST_CASE("a missing VDS source is an error unless fill is asked for", "[core][v
             {"gone.h5", "/data", {10, 0}, {}, {1, 1}, {10, 4}, {0, 0}, {}, {1, 1}, {10, 4}}});
   const uint64_t half = 10 * 4 * 2;
   {
-    Engine e(EngineOptions{});
+    TestCore e(CoreOptions{});
     auto a = e.open_file(vpath)->dataset_array("/v");
     std::vector<uint8_t> buf(2 * half);
     try {
@@ -186,9 +186,9 @@ TEST_CASE("a missing VDS source is an error unless fill is asked for", "[core][v
     REQUIRE(std::memcmp(buf.data(), src.data(), half) == 0);
   }
   {
-    EngineOptions o;
+    CoreOptions o;
     o.vds_missing_fill = true;
-    Engine e(o);
+    TestCore e(o);
     auto a = e.open_file(vpath)->dataset_array("/v");
     std::vector<uint8_t> buf(2 * half, 0xAA);
     e.read_bytes(*a, 0, buf.size(), buf.data());
@@ -206,10 +206,10 @@ TEST_CASE("with HDF5 helpers, a VDS's sources' metadata come in one request per 
   }
   const std::string vpath = scratch_path("vbatch.h5");
   make_vds(vpath, "v", H5T_STD_U16LE, {5 * kSources, 6, 5}, maps);
-  EngineOptions o;
+  CoreOptions o;
   o.threads = 2;
   o.helper = h5d::test::helper_options(2, 20000);
-  Engine e(o);
+  TestCore e(o);
   const uint64_t r0 = e.helpers()->requests();
   auto a = e.open_file(vpath)->dataset_array("/v");
   std::vector<uint8_t> got(a->nbytes());

@@ -20,17 +20,17 @@ using namespace h5d::test;
 
 namespace {
 
-EngineOptions opts() {
-  EngineOptions o;
+CoreOptions opts() {
+  CoreOptions o;
   o.threads = 2;
   o.cache_bytes = 64 << 20;
   return o;
 }
 
 // For offsets spread over the array: fresh engine, read one byte, the span is decoded.
-void check_spans(const std::function<ArrayPtr(Engine&)>& make, bool expect_units) {
+void check_spans(const std::function<ArrayPtr(TestCore&)>& make, bool expect_units) {
   for (uint64_t step : {1ull, 7ull, 13ull}) {
-    Engine e(opts());
+    TestCore e(opts());
     ArrayPtr a = make(e);
     REQUIRE(a->decodes() == expect_units);
     const uint64_t n = a->nbytes();
@@ -75,23 +75,23 @@ TEST_CASE("decode spans of chunked datasets cover what one read decodes", "[core
                {"rank1", {1000}, {64}}};
   for (const C& c : cases) {
     const std::string path = chunked(c.name, c.dims, c.chunks);
-    check_spans([&](Engine& e) { return e.open_file(path)->dataset_array("/d"); }, true);
+    check_spans([&](TestCore& e) { return e.open_file(path)->dataset_array("/d"); }, true);
   }
   // One frame per chunk: the span is the frame.
   const std::string path = scratch_path("span_frame.h5");  // written above
-  Engine e(opts());
+  TestCore e(opts());
   ArrayPtr a = e.open_file(path)->dataset_array("/d");
   const ByteSpan s = a->decode_span(5 * 256 + 17);
   CHECK(s.lo == 5 * 256);
   CHECK(s.hi == 6 * 256);
   // Uncompressed data has no units.
   const std::string plain = chunked("plain", {40, 16, 8}, {1, 16, 8}, false);
-  check_spans([&](Engine& e2) { return e2.open_file(plain)->dataset_array("/d"); }, false);
+  check_spans([&](TestCore& e2) { return e2.open_file(plain)->dataset_array("/d"); }, false);
 }
 
 TEST_CASE("decode spans through a concatenation stay inside each part", "[core][span]") {
   const std::string p1 = chunked("cat1", {10, 16, 8}, {3, 16, 8}), p2 = chunked("cat2", {12, 16, 8}, {2, 16, 8});
-  auto make = [&](Engine& e) -> ArrayPtr {
+  auto make = [&](TestCore& e) -> ArrayPtr {
     std::vector<ConcatArray::Part> parts{
         {[&e, p1] { return e.open_file(p1)->dataset_array("/d"); }, 1, 8, p1, p1, "/d"},
         {[&e, p2] { return e.open_file(p2)->dataset_array("/d"); }, 3, 9, p2, p2, "/d"}};
@@ -101,7 +101,7 @@ TEST_CASE("decode spans through a concatenation stay inside each part", "[core][
     return std::make_shared<ConcatArray>(std::move(parts), Shape{16, 8}, t, "concat");
   };
   check_spans(make, true);
-  Engine e(opts());
+  TestCore e(opts());
   ArrayPtr a = make(e);
   // Output row 7 is part 1's row 8, in its chunk [6, 9): clipped to the part's last row (8).
   const ByteSpan s = a->decode_span(7 * 256);
@@ -137,8 +137,8 @@ TEST_CASE("decode spans through a VDS of whole rows follow its sources", "[core]
     H5Sclose(vspace);
     H5Fclose(fid);
   }
-  check_spans([&](Engine& e) { return e.open_file(path)->dataset_array("/v"); }, true);
-  Engine e(opts());
+  check_spans([&](TestCore& e) { return e.open_file(path)->dataset_array("/v"); }, true);
+  TestCore e(opts());
   ArrayPtr a = e.open_file(path)->dataset_array("/v");
   CHECK(a->decode_span(3 * 256 + 1).lo == 3 * 256);   // one frame per chunk in file 1
   CHECK(a->decode_span(3 * 256 + 1).hi == 4 * 256);
@@ -149,7 +149,7 @@ TEST_CASE("decode spans through a VDS of whole rows follow its sources", "[core]
 TEST_CASE("decode spans of stacked modules are one module's bytes", "[core][span]") {
   const std::string m0 = chunked("mod0", {10, 16, 8}, {1, 16, 8}), m1 = chunked("mod1", {10, 16, 8}, {2, 16, 8});
   for (bool frames_first : {false, true}) {
-    auto make = [&](Engine& e) -> ArrayPtr {
+    auto make = [&](TestCore& e) -> ArrayPtr {
       std::vector<StackArray::Module> mods{
           {e.open_file(m0)->dataset_array("/d"), {{0, 0, 6}, {6, 8, 4}}},
           {e.open_file(m1)->dataset_array("/d"), {{2, 1, 8}}}};
@@ -162,7 +162,7 @@ TEST_CASE("decode spans of stacked modules are one module's bytes", "[core][span
       return std::make_shared<StackArray>(std::move(mods), Shape{16, 8}, t, std::vector<uint8_t>{0, 0}, L, "stack");
     };
     // Fill (entries no module covers) is not a unit; check offsets inside covered entries.
-    Engine e(opts());
+    TestCore e(opts());
     ArrayPtr a = make(e);
     REQUIRE(a->decodes());
     const uint64_t frame = 256;
@@ -225,7 +225,7 @@ TEST_CASE("a concatenation opens the parts a read touches at once, and only thos
     }
     throw Error(EIO, "a hint that failed");
   };
-  Engine e(opts());
+  TestCore e(opts());
   auto a = std::make_shared<ConcatArray>(std::move(parts), Shape{8}, t, "concat", open_many, &e.pool());
   std::vector<uint8_t> out(12 * 8);
   e.read_bytes(*a, 0, out.size(), out.data());

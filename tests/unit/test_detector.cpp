@@ -20,8 +20,11 @@
 #include "core/euxfel/detector.h"
 #include "core/euxfel/run.h"
 #include "core/array/stack_array.h"
+#include "tests/support/h5fixture.h"
 
 using namespace h5d;
+using h5d::test::CoreOptions;
+using h5d::test::TestCore;
 
 namespace {
 
@@ -75,7 +78,7 @@ std::vector<uint8_t> reference(const std::vector<StackArray::Module>& mods, cons
   return out;
 }
 
-void check_stack(Engine& engine, std::vector<StackArray::Module> mods, const Shape& entry,
+void check_stack(TestCore& engine, std::vector<StackArray::Module> mods, const Shape& entry,
                  StackArray::Layout L) {
   const uint16_t fill = 0xabcd;
   std::vector<uint8_t> fillb{0xcd, 0xab};
@@ -97,9 +100,9 @@ void check_stack(Engine& engine, std::vector<StackArray::Module> mods, const Sha
 }  // namespace
 
 TEST_CASE("StackArray modules first and frames first against element-wise arrays", "[detector]") {
-  EngineOptions eo;
+  CoreOptions eo;
   eo.threads = 2;
-  Engine engine(eo);
+  TestCore engine(eo);
   const Shape entry{2, 3, 4};
   // Module 0: two pieces with a gap; module 1: missing (frames first only); module 2: starts late.
   auto a0 = module_array(10, entry, 0), a2 = module_array(6, entry, 2);
@@ -234,7 +237,7 @@ std::pair<Shape, std::string> npy(const std::string& path) {
   return {shape, s.substr(off + hlen)};
 }
 
-std::string read_all(Engine& e, const Array& a) {
+std::string read_all(TestCore& e, const Array& a) {
   std::string b(a.nbytes(), '\0');
   e.read_bytes(a, 0, b.size(), reinterpret_cast<uint8_t*>(b.data()));
   return b;
@@ -253,8 +256,8 @@ TEST_CASE("detector arrays equal EXtra-data's, from the mock generator", "[detec
       REQUIRE(!out.empty());
       std::ifstream mf(out + "/expected/detectors.json");
       nlohmann::json m = nlohmann::json::parse(mf);
-      Engine engine(EngineOptions{});
-      auto run = euxfel::Run::open(engine, m["run_dir"].get<std::string>());
+      TestCore engine(CoreOptions{});
+      auto run = euxfel::Run::open(engine.files, m["run_dir"].get<std::string>());
       std::vector<std::string> inst;
       for (const auto& n : run->source_names())
         if (!run->source(n).is_control() && run->source(n).alias_of().empty()) inst.push_back(n);

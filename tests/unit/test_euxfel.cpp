@@ -24,6 +24,9 @@
 #include "core/h5lib/h5helper.h"
 #include "vfs/files_map.h"
 
+using h5d::test::CoreOptions;
+using h5d::test::TestCore;
+
 using h5d::euxfel::Run;
 using h5d::euxfel::RunOptions;
 
@@ -100,7 +103,7 @@ Npy load_npy(const std::string& path) {
 
 std::string read_all(h5d::Engine& engine, const h5d::Array& a) {
   std::string buf(a.nbytes(), '\0');
-  if (!buf.empty()) engine.read_bytes(a, 0, buf.size(), reinterpret_cast<uint8_t*>(&buf[0]));
+  if (!buf.empty()) h5d::read_bytes(engine, a, 0, buf.size(), reinterpret_cast<uint8_t*>(&buf[0]));
   return buf;
 }
 
@@ -109,7 +112,7 @@ std::string read_pieces(h5d::Engine& engine, const h5d::Array& a, uint64_t piece
   std::string buf(a.nbytes(), '\0');
   for (uint64_t off = 0; off < buf.size(); off += piece) {
     uint64_t n = std::min<uint64_t>(piece, buf.size() - off);
-    engine.read_bytes(a, off, n, reinterpret_cast<uint8_t*>(&buf[off]));
+    h5d::read_bytes(engine, a, off, n, reinterpret_cast<uint8_t*>(&buf[off]));
   }
   return buf;
 }
@@ -120,7 +123,7 @@ nlohmann::json load_manifest(const std::string& out) {
 }
 
 // Every key of the manifest: shape, dtype, bytes and per-row train IDs equal the expectation.
-void check_run(h5d::Engine& engine, Run& run, const std::string& out, const nlohmann::json& m) {
+void check_run(h5d::test::TestCore& engine, Run& run, const std::string& out, const nlohmann::json& m) {
   Npy tids = load_npy(out + "/expected/" + m["train_ids"].get<std::string>());
   std::string got_tids = read_all(engine, *run.train_ids_array());
   CHECK(run.train_ids().size() == tids.shape.at(0));
@@ -185,8 +188,8 @@ TEST_CASE("euxfel: run of sequence files, every format version", "[euxfel]") {
       std::string out = generate(std::string("--format ") + fmt);
       REQUIRE(!out.empty());
       auto m = load_manifest(out);
-      h5d::Engine engine(h5d::EngineOptions{});
-      auto run = Run::open(engine, m["run_dir"].get<std::string>());
+      h5d::test::TestCore engine(h5d::test::CoreOptions{});
+      auto run = Run::open(engine.files, m["run_dir"].get<std::string>());
       CHECK(run->overview().empty());
       CHECK(run->format_version() == fmt);
       CHECK(run->run_number() == 338);
@@ -212,8 +215,8 @@ TEST_CASE("euxfel: old first/last/status index", "[euxfel]") {
   std::string out = generate("--scenario oldindex --format 1.0");
   REQUIRE(!out.empty());
   auto m = load_manifest(out);
-  h5d::Engine engine(h5d::EngineOptions{});
-  auto run = Run::open(engine, m["run_dir"].get<std::string>());
+  h5d::test::TestCore engine(h5d::test::CoreOptions{});
+  auto run = Run::open(engine.files, m["run_dir"].get<std::string>());
   check_run(engine, *run, out, m);
   std::system(("rm -rf '" + out + "'").c_str());
 }
@@ -224,15 +227,15 @@ TEST_CASE("euxfel: virtual overview file gives the same arrays", "[euxfel]") {
   REQUIRE(!out.empty());
   auto m = load_manifest(out);
   std::string dir = m["run_dir"];
-  h5d::Engine engine(h5d::EngineOptions{});
-  auto run = Run::open(engine, dir);
+  h5d::test::TestCore engine(h5d::test::CoreOptions{});
+  auto run = Run::open(engine.files, dir);
   CHECK(run->overview() == dir + "/overview.h5");
   CHECK(run->files().size() == 1);
   check_run(engine, *run, out, m);
 
   RunOptions no_ov;
   no_ov.use_overview = false;
-  auto plain = Run::open(engine, dir, no_ov);
+  auto plain = Run::open(engine.files, dir, no_ov);
   CHECK(plain->overview().empty());
   CHECK(plain->files().size() > 1);
   check_run(engine, *plain, out, m);
@@ -241,7 +244,7 @@ TEST_CASE("euxfel: virtual overview file gives the same arrays", "[euxfel]") {
   std::string victim = dir + "/RAW-R0338-DA01-S00001.h5";
   REQUIRE(::truncate(victim.c_str(), 0) == 0);
   std::string why;
-  CHECK(h5d::euxfel::find_valid_overview(engine, dir, &why).empty());
+  CHECK(h5d::euxfel::find_valid_overview(engine.files, dir, &why).empty());
   CHECK(why.find("size") != std::string::npos);
   std::system(("rm -rf '" + out + "'").c_str());
 }
@@ -251,8 +254,8 @@ TEST_CASE("euxfel: corrected data with legacy DET names", "[euxfel]") {
   std::string out = generate("--scenario corr --format 1.2");
   REQUIRE(!out.empty());
   auto m = load_manifest(out);
-  h5d::Engine engine(h5d::EngineOptions{});
-  auto run = Run::open(engine, m["run_dir"].get<std::string>());
+  h5d::test::TestCore engine(h5d::test::CoreOptions{});
+  auto run = Run::open(engine.files, m["run_dir"].get<std::string>());
   CHECK(run->source("SPB_DET_AGIPD1M-1/DET/0CH0:xtdf").alias_of() ==
         "SPB_DET_AGIPD1M-1/CORR/0CH0:output");
   CHECK(run->source("SPB_DET_AGIPD1M-1/CORR/0CH0:output").alias_of().empty());
@@ -267,8 +270,8 @@ TEST_CASE("euxfel: a train in two sequence files is reported, rows kept in file 
   REQUIRE(!out.empty());
   auto m = load_manifest(out);
   REQUIRE(m["duplicates"].size() > 0);
-  h5d::Engine engine(h5d::EngineOptions{});
-  auto run = Run::open(engine, m["run_dir"].get<std::string>());
+  h5d::test::TestCore engine(h5d::test::CoreOptions{});
+  auto run = Run::open(engine.files, m["run_dir"].get<std::string>());
   check_run(engine, *run, out, m);
   bool reported = false;
   for (const auto& e : run->errors()) reported |= e.find("conflicting data") != std::string::npos;
@@ -281,17 +284,17 @@ TEST_CASE("euxfel: suspect trains are dropped with inc_suspect_trains=false", "[
   std::string out = generate("--format 1.3");
   REQUIRE(!out.empty());
   auto m = load_manifest(out);
-  h5d::Engine engine(h5d::EngineOptions{});
+  h5d::test::TestCore engine(h5d::test::CoreOptions{});
   RunOptions o;
   o.inc_suspect_trains = false;
-  auto run = Run::open(engine, m["run_dir"].get<std::string>(), o);
+  auto run = Run::open(engine.files, m["run_dir"].get<std::string>(), o);
   // The generator flags train 10005 as suspect (INDEX/flag 0) in the first sequence files.
   auto& t = run->train_ids();
   CHECK(std::find(t.begin(), t.end(), 10005u) == t.end());
   auto gi = run->group_index("SA1_XTD2_XGM/DOOCS/MAIN", "");
   for (const auto& b : gi->blocks)
     CHECK(std::find(b.train_ids.begin(), b.train_ids.end(), 10005u) == b.train_ids.end());
-  auto all = Run::open(engine, m["run_dir"].get<std::string>());
+  auto all = Run::open(engine.files, m["run_dir"].get<std::string>());
   CHECK(all->train_ids().size() == t.size() + 1);
   std::system(("rm -rf '" + out + "'").c_str());
 }
@@ -315,7 +318,7 @@ TEST_CASE("euxfel: a run opened through HDF5 helpers (its files read in parallel
   REQUIRE(!out.empty());
   auto m = load_manifest(out);
   const std::string dir = m["run_dir"].get<std::string>();
-  h5d::EngineOptions with_helpers;
+  h5d::test::CoreOptions with_helpers;
   with_helpers.helper = h5d::test::helper_options(2, 20000);
   auto same = [](Run& a, Run& b) {
     REQUIRE(b.files().size() == a.files().size());
@@ -352,8 +355,8 @@ TEST_CASE("euxfel: a run opened through HDF5 helpers (its files read in parallel
   };
   std::string first;
   {
-    h5d::Engine local(h5d::EngineOptions{}), remote(with_helpers);
-    auto a = Run::open(local, dir), b = Run::open(remote, dir);
+    h5d::test::TestCore local(h5d::test::CoreOptions{}), remote(with_helpers);
+    auto a = Run::open(local.files, dir), b = Run::open(remote.files, dir);
     same(*a, *b);
     first = a->files().front().name;
   }
@@ -368,8 +371,8 @@ TEST_CASE("euxfel: a run opened through HDF5 helpers (its files read in parallel
     f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
   }
   {
-    h5d::Engine local(h5d::EngineOptions{}), remote(with_helpers);
-    auto a = Run::open(local, broken), b = Run::open(remote, broken);
+    h5d::test::TestCore local(h5d::test::CoreOptions{}), remote(with_helpers);
+    auto a = Run::open(local.files, broken), b = Run::open(remote.files, broken);
     same(*a, *b);
     CHECK(a->files().front().name != first);
     bool said = false;
@@ -390,10 +393,10 @@ TEST_CASE("euxfel: a run whose files a files map describes opens none of them an
   REQUIRE(!out.empty());
   auto m = load_manifest(out);
   const std::string dir = m["run_dir"].get<std::string>();
-  h5d::EngineOptions with_helpers;
+  h5d::test::CoreOptions with_helpers;
   with_helpers.helper = h5d::test::helper_options(2, 20000);
-  h5d::Engine local(h5d::EngineOptions{}), remote(with_helpers);
-  auto a = Run::open(local, dir);
+  h5d::test::TestCore local(h5d::test::CoreOptions{}), remote(with_helpers);
+  auto a = Run::open(local.files, dir);
   auto known = std::make_shared<h5d::euxfel::KnownFiles>();
   for (const auto& f : a->files()) {
     h5d::euxfel::KnownFile k;
@@ -407,7 +410,7 @@ TEST_CASE("euxfel: a run whose files a files map describes opens none of them an
   known->erase(a->files().back().name);  // one file the map does not describe: read
   RunOptions opts;
   opts.known = known;
-  auto b = Run::open(remote, dir, opts);
+  auto b = Run::open(remote.files, dir, opts);
   CHECK(b->files_from_map() == a->files().size() - 1);
   CHECK(remote.helpers()->files_asked() == 1);  // only the file the map left out
   REQUIRE(b->files().size() == a->files().size());

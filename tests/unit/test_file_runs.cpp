@@ -65,9 +65,9 @@ TEST_CASE("a stack's file runs hold its bytes, and it declines fill and compress
   t.itemsize = 2;
   for (bool frames_first : {false, true}) {
     INFO("frames_first " << frames_first);
-    EngineOptions o;
+    CoreOptions o;
     o.threads = 2;
-    Engine e(o);
+    TestCore e(o);
     std::vector<StackArray::Module> mods{{e.open_file(contiguous)->dataset_array("/d"), pieces[0]},
                                          {e.open_file(chunked)->dataset_array("/d"), pieces[1]}};
     StackArray::Layout L;
@@ -129,8 +129,8 @@ TEST_CASE("a stack of compressed modules has no file runs", "[core][splice]") {
   t.typestr = "<u2";
   t.itemsize = 2;
   {
-    EngineOptions o;
-    Engine e(o);
+    CoreOptions o;
+    TestCore e(o);
     std::vector<StackArray::Module> mods{{e.open_file(deflated)->dataset_array("/d"), {{0, 0, kRows}}}};
     StackArray::Layout L;
     L.entries = kRows;

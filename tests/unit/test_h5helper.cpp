@@ -36,20 +36,20 @@ using namespace h5d::test;
 
 namespace {
 
-EngineOptions with_helpers() {
-  EngineOptions o;
+CoreOptions with_helpers() {
+  CoreOptions o;
   o.helper = h5d::test::helper_options(2, 20000);
   return o;
 }
 
 // The same engine options with libhdf5 in this process: the oracle the helpers' answers must equal.
-EngineOptions in_process() {
-  EngineOptions o = with_helpers();
+CoreOptions in_process() {
+  CoreOptions o = with_helpers();
   o.helper.path.clear();
   return o;
 }
 
-std::vector<uint8_t> read_all(Engine& e, const std::string& file, const std::string& dset) {
+std::vector<uint8_t> read_all(TestCore& e, const std::string& file, const std::string& dset) {
   auto a = e.open_file(file)->dataset_array(dset);
   std::vector<uint8_t> out(a->nbytes());
   e.read_bytes(*a, 0, out.size(), out.data());
@@ -96,9 +96,9 @@ std::vector<pid_t> helper_children() {
 
 TEST_CASE("helpers: start lazily, or all at once by start_idle, which is no request", "[h5helper]") {
   const std::string path = small_file("helper_start.h5");
-  EngineOptions o = with_helpers();
+  CoreOptions o = with_helpers();
   o.helper.count = 3;
-  Engine e(o);
+  TestCore e(o);
   CHECK(helper_children().empty());  // nothing runs before it is needed or asked for
   e.helpers()->start_idle();
   const std::vector<pid_t> started = helper_children();
@@ -128,7 +128,7 @@ TEST_CASE("helpers: metadata and library reads equal the in-process answers and 
     d.deflate = std::strcmp(layout, "chunked") == 0;
     write_dataset(f, d);
   }
-  Engine local(in_process()), remote(with_helpers());
+  TestCore local(in_process()), remote(with_helpers());
   REQUIRE(remote.helpers() != nullptr);
   REQUIRE(local.helpers() == nullptr);
   auto lf = local.open_file(f.path), rf = remote.open_file(f.path);
@@ -160,9 +160,9 @@ TEST_CASE("helpers: metadata and library reads equal the in-process answers and 
 
 TEST_CASE("helpers: one killed while idle is restarted, its files are not marked bad", "[h5helper]") {
   const std::string path = small_file("helper_kill.h5");
-  EngineOptions o = with_helpers();
+  CoreOptions o = with_helpers();
   o.helper.count = 1;
-  Engine e(o);
+  TestCore e(o);
   auto h = e.open_file(path);
   REQUIRE(h->kind_of("/x") == ObjectKind::Dataset);
   // Kill this process's helper children, by pid (found in /proc: parent = us).
@@ -209,10 +209,10 @@ TEST_CASE("helpers: a truncated file serves the chunks before the cut, EIO past 
   REQUIRE(::truncate(f.path.c_str(), static_cast<off_t>(addr7 + 100)) == 0);
 
   // In process libhdf5 refuses the file, as h5py does.
-  Engine local(in_process());
+  TestCore local(in_process());
   CHECK_THROWS_AS(local.open_file(f.path)->dataset_info("/data"), Error);
 
-  Engine remote(with_helpers());
+  TestCore remote(with_helpers());
   auto rf = remote.open_file(f.path);
   CHECK(rf->list_group("/").size() == 2);
   CHECK(read_all(remote, f.path, "/first") == want_first);
@@ -263,7 +263,7 @@ TEST_CASE("helpers: datasets_details answers as dataset_details does, in one req
     H5Dclose(did);
     H5Fclose(fid);
   }
-  Engine local(in_process()), remote(with_helpers());
+  TestCore local(in_process()), remote(with_helpers());
   auto lf = local.open_file(f.path), rf = remote.open_file(f.path);
   const std::vector<std::string> paths = {"/a", "/b", "/c"};
   const uint64_t before = remote.helpers()->requests();
@@ -337,8 +337,8 @@ TEST_CASE("helpers: string and integer reads convert in pieces when larger than 
     H5Tclose(vt);
     H5Fclose(fid);
   }
-  Engine local(in_process()), remote(with_helpers());
-  for (Engine* e : {&local, &remote}) {
+  TestCore local(in_process()), remote(with_helpers());
+  for (TestCore* e : {&local, &remote}) {
     INFO((e == &local ? "in process" : "helper"));
     auto f = e->open_file(path);
     CHECK(euxfel::meta::read_strings(*f, "/vlen") == want);
@@ -386,9 +386,9 @@ TEST_CASE("helpers: prefetch_infos fetches many files' dataset metadata in one r
   for (const std::string& f : files) items.emplace_back(f, "/d");
   items.emplace_back(other.path, "/d");
 
-  Engine local(in_process()), remote(with_helpers());
+  TestCore local(in_process()), remote(with_helpers());
   const uint64_t r0 = remote.helpers()->requests();
-  H5File::prefetch_infos(remote, items);
+  remote.files.prefetch_infos(items);
   CHECK(remote.helpers()->requests() - r0 <= 2);  // one per helper (2), not one per file (7)
   const uint64_t r1 = remote.helpers()->requests();
   for (const std::string& f : files) {
@@ -411,7 +411,7 @@ TEST_CASE("helpers: prefetch_infos fetches many files' dataset metadata in one r
   }
   CHECK(remote.helpers()->requests() == r1 + 1);  // the error was asked again, on its own
   // What is cached already is not asked for again.
-  H5File::prefetch_infos(remote, items);
+  remote.files.prefetch_infos(items);
   CHECK(remote.helpers()->requests() <= r1 + 2);  // at most the missing dataset's file, alone
   CHECK(remote.helpers()->failures() == 0);
 }
@@ -426,13 +426,13 @@ TEST_CASE("helpers: a batch that crashes, hangs or garbles its helper marks no f
   const std::string control = scratch_path("prefetch_fault_" + mode + ".txt");
   std::ofstream(control) << mode << ":prefetch_crashme";
   ::setenv("H5DIRECT_HELPER_FAULT_FILE", control.c_str(), 1);
-  EngineOptions o = with_helpers();
+  CoreOptions o = with_helpers();
   o.helper.count = 1;        // all five files in one batch
   o.helper.timeout_ms = 1500;  // a hang costs the batch this, then the file's own request
-  Engine remote(o);
+  TestCore remote(o);
   std::vector<std::pair<std::string, std::string>> items;
   for (const std::string& f : files) items.emplace_back(f, "/d");
-  H5File::prefetch_infos(remote, items);  // the batch crashes the helper: nothing is cached
+  remote.files.prefetch_infos(items);  // the batch crashes the helper: nothing is cached
   CHECK(remote.helpers()->failures() == 0);
   for (const std::string& f : files) {
     INFO(f);
@@ -468,9 +468,9 @@ TEST_CASE("with HDF5 helpers, listing a group of many datasets takes a request p
     d.deflate = i % 2 == 1;
     write_dataset(f, d, static_cast<uint32_t>(40 + i));
   }
-  Engine e(with_helpers());
+  TestCore e(with_helpers());
   vfs::VfsOptions vo;
-  vfs::Vfs fs(e, vo, dir);
+  vfs::Vfs fs(e, e.files, vo, dir);
   vfs::install_builtin_providers(fs, vo);
   const vfs::Attr file_dir = fs.lookup(vfs::Vfs::kRootIno, "many.h5");
   const uint64_t r0 = e.helpers()->requests();
@@ -523,7 +523,7 @@ TEST_CASE("helpers: attribute names from the object header equal libhdf5's list;
   }
   std::sort(want_compact.begin(), want_compact.end());
   std::sort(want_dense.begin(), want_dense.end());
-  Engine local(in_process()), remote(with_helpers());
+  TestCore local(in_process()), remote(with_helpers());
   auto lf = local.open_file(path), rf = remote.open_file(path);
   for (H5File* f : {lf.get(), rf.get()}) {
     CHECK(f->attribute_names("/g") == want_compact);
@@ -547,14 +547,14 @@ TEST_CASE("helpers: attribute names from the object header equal libhdf5's list;
 
 TEST_CASE("helpers: the engine's metadata is chosen once, and its for_each_file spreads files by helper",
           "[h5helper]") {
-  Engine local(in_process()), remote(with_helpers());
+  TestCore local(in_process()), remote(with_helpers());
   CHECK_FALSE(local.metadata().isolated());
   CHECK(local.helpers() == nullptr);
   REQUIRE(remote.metadata().isolated());
   REQUIRE(remote.helpers() != nullptr);
   std::vector<std::string> files;
   for (int i = 0; i < 12; ++i) files.push_back("/nowhere/file" + std::to_string(i) + ".h5");
-  for (Engine* e : {&local, &remote}) {
+  for (TestCore* e : {&local, &remote}) {
     std::mutex mu;
     std::vector<int> calls(files.size(), 0);
     std::vector<std::thread::id> by(files.size());

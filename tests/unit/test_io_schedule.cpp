@@ -26,16 +26,16 @@ using namespace h5d;
 using namespace h5d::test;
 
 TEST_CASE("a source request is the read spread over the I/O depth, within its bounds", "[core][io]") {
-  EngineOptions o;
+  CoreOptions o;
   o.threads = 2;
   o.io_depth = 32;
-  Engine e(o);
+  TestCore e(o);
   CHECK(e.request_size(0) == Engine::kMinRequest);                       // never below a read-ahead window
   CHECK(e.request_size(64ull << 20) == (2ull << 20));                     // 64 MiB over 32: one wave of 2 MiB
   CHECK(e.request_size(uint64_t(32) << 40) == Engine::kMaxRequest);       // never above what GPFS overlaps
-  EngineOptions one = o;
+  CoreOptions one = o;
   one.io_depth = 1;
-  Engine e1(one);
+  TestCore e1(one);
   CHECK(e1.request_size(8ull << 20) == (8ull << 20));                     // depth 1: the read in one request
   CHECK(e1.request_size(1ull << 30) == Engine::kMaxRequest);
 }
@@ -86,8 +86,8 @@ TEST_CASE("a file's tasks hold at most their share of the pool; another file's r
 
 namespace {
 // The engine of these tests: two decode threads (this machine's cores), I/O depth `depth`.
-EngineOptions two_threads(unsigned depth) {
-  EngineOptions o;
+CoreOptions two_threads(unsigned depth) {
+  CoreOptions o;
   o.threads = 2;
   o.io_depth = depth;
   return o;
@@ -105,8 +105,8 @@ void evict(const std::string& path) {
 
 // The source requests of a full read of /d; `cold`: its file's pages dropped first.
 uint64_t requests_for_full_read(const std::string& path, unsigned depth, std::vector<uint8_t>& got, Stats** st,
-                                std::unique_ptr<Engine>& e, bool cold = true) {
-  e = std::make_unique<Engine>(two_threads(depth));
+                                std::unique_ptr<TestCore>& e, bool cold = true) {
+  e = std::make_unique<TestCore>(two_threads(depth));
   auto a = e->open_file(path)->dataset_array("/d");
   if (cold) evict(path);
   got.assign(a->nbytes(), 0);
@@ -161,7 +161,7 @@ struct FullReads {
   std::string path;
   std::vector<uint8_t> oracle, got;
   Stats* st = nullptr;
-  std::unique_ptr<Engine> e;
+  std::unique_ptr<TestCore> e;
 };
 }  // namespace
 
@@ -219,8 +219,8 @@ TEST_CASE("read-ahead of data stored as it is read asks for whole blocks of the 
   const uint64_t w1 = 1234567, w2 = 2345678;  // data bytes [0, w1), then [w1, w2)
   const auto down = [&](uint64_t x) { return x / a * a; };
   const auto up = [&](uint64_t x) { return (x + a - 1) / a * a; };
-  EngineOptions o = two_threads(32);
-  Engine e(o);
+  CoreOptions o = two_threads(32);
+  TestCore e(o);
   auto arr = e.open_file(path)->dataset_array("/d");
   REQUIRE_FALSE(arr->decodes());
   evict(path);
@@ -278,9 +278,9 @@ TEST_CASE("bytes read into the page cache count as read-ahead or data, once, and
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   REQUIRE(fd >= 0);
   REQUIRE(::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM) == 0);  // the kernel reads no more than asked
-  EngineOptions o;
+  CoreOptions o;
   o.threads = 2;
-  Engine e(o);
+  TestCore e(o);
   Stats& st = e.stats();
   const uint64_t piece = 256 << 10;
   REQUIRE_FALSE(source_resident(fd, 0, piece));  // the oracle: the kernel's own residency answer
@@ -388,7 +388,7 @@ TEST_CASE("concurrent reads of one block of chunks read each chunk from the sour
   const std::vector<uint8_t> oracle = h5_read_all(path, "/d");
   const uint64_t frame = 64 * 64 * 2, frames = 10, readers = 6;  // 60 frames, all in the first block
   auto read_block = [&](bool together, uint64_t* pread, uint64_t* decoded) {
-    Engine e(two_threads(8));
+    TestCore e(two_threads(8));
     auto a = e.open_file(path)->dataset_array("/d");
     evict(path);
     std::vector<std::vector<uint8_t>> got(readers, std::vector<uint8_t>(frames * frame));
@@ -429,7 +429,7 @@ TEST_CASE("uncompressed chunks narrower than a request are read whole, once, not
   // reads' sizes.
   const std::string path = block_chunked("io_narrow.h5", false, 17);
   const std::vector<uint8_t> oracle = h5_read_all(path, "/d");
-  Engine e(two_threads(8));
+  TestCore e(two_threads(8));
   auto a = e.open_file(path)->dataset_array("/d");
   evict(path);
   const uint64_t frame = 64 * 64 * 2;

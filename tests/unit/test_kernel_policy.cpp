@@ -17,6 +17,8 @@
 #include "vfs/vfs.h"
 
 using namespace h5d;
+using h5d::test::CoreOptions;
+using h5d::test::TestCore;
 using namespace h5d::vfs;
 
 namespace {
@@ -29,8 +31,8 @@ std::string source_dir(const std::string& name) {
   return d;
 }
 
-EngineOptions small_engine() {
-  EngineOptions o;
+CoreOptions small_engine() {
+  CoreOptions o;
   o.threads = 2;
   o.cache_bytes = 16 << 20;
   return o;
@@ -77,13 +79,13 @@ TEST_CASE("kernel lifetimes: the mount's timeouts, capped by a node's cache limi
 TEST_CASE("kernel lifetimes from a Vfs: missing names and listings follow the directory and the mount",
           "[vfs][kernel_policy]") {
   const std::string d = source_dir("kernel_policy");
-  Engine engine(small_engine());
+  TestCore engine(small_engine());
   const uint64_t root = Vfs::kRootIno;
 
   SECTION("read-only, sources taken as never changing") {
     VfsOptions o;
     o.revalidate = 0;
-    Vfs fs(engine, o, d);
+    Vfs fs(engine, engine.files, o, d);
     REQUIRE(fs.lookup(root, "a.h5").ino != 0);
     CHECK_THROWS(fs.lookup(root, "missing.h5"));
     CHECK(fs.negative_entry_ttl(root, kMount) == 3600.0);
@@ -98,7 +100,7 @@ TEST_CASE("kernel lifetimes from a Vfs: missing names and listings follow the di
   SECTION("read-only, directories revalidated against their source") {
     VfsOptions o;
     o.revalidate = 0.5;
-    Vfs fs(engine, o, d);
+    Vfs fs(engine, engine.files, o, d);
     // As the adapter asks: after the lookup that found the name missing (and listed the directory).
     CHECK_THROWS(fs.lookup(root, "missing.h5"));
     CHECK(fs.negative_entry_ttl(root, kMount) == 0.5);
@@ -109,8 +111,8 @@ TEST_CASE("kernel lifetimes from a Vfs: missing names and listings follow the di
     VfsOptions o;
     o.revalidate = 0;
     o.writable = true;
-    Vfs fs(engine, o, d);
-    Writer w(engine, {});
+    Vfs fs(engine, engine.files, o, d);
+    Writer w(engine.files, {});
     fs.set_writer(&w);
     REQUIRE(fs.writable());
     CHECK_THROWS(fs.lookup(root, "missing.h5"));
@@ -138,14 +140,14 @@ TEST_CASE("splice and push eligibility: read-only mounts, what the adapter can, 
 
   // Through a Vfs: the mount's writability is its own.
   const std::string d = source_dir("kernel_policy_reads");
-  Engine engine(small_engine());
+  TestCore engine(small_engine());
   VfsOptions o;
-  Vfs ro(engine, o, d);
+  Vfs ro(engine, engine.files, o, d);
   CHECK(ro.may_splice(m, 4096));
   CHECK(ro.may_push(m, 4096, 4096));
   o.writable = true;
-  Vfs rw(engine, o, d);
-  Writer w(engine, {});
+  Vfs rw(engine, engine.files, o, d);
+  Writer w(engine.files, {});
   rw.set_writer(&w);
   CHECK_FALSE(rw.may_splice(m, 4096));
   CHECK_FALSE(rw.may_push(m, 4096, 4096));

@@ -17,7 +17,7 @@ namespace {
 
 // Waits until `n` chunks have been decoded ahead and, with `dropped`, some task was dropped
 // (bounded: a hung pool fails). A task is one chunk, or several read with one request.
-void wait_for_tasks(Engine& e, uint64_t n, bool dropped) {
+void wait_for_tasks(TestCore& e, uint64_t n, bool dropped) {
   for (int i = 0; i < 3000; ++i) {
     if (e.stats().chunks_prefetched.load() >= n && (!dropped || e.stats().prefetch_dropped.load() > 0)) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -37,11 +37,11 @@ TEST_CASE("decode-ahead drops the pieces its stream has covered and decodes the 
   write_dataset(f, d, 5);
   const auto oracle = h5_read_all(f.path, "/d");
   const uint64_t frame = 32768 * 2;
-  static_assert(Engine::kPrefetchPiece == 16 * 65536, "the test's pieces are 16 chunks");
+  static_assert(h5d::kPrefetchPiece == 16 * 65536, "the test's pieces are 16 chunks");
 
-  EngineOptions o;
+  CoreOptions o;
   o.threads = 2;
-  Engine e(o);
+  TestCore e(o);
   auto a = e.open_file(f.path)->dataset_array("/d");
   REQUIRE(a->decodes());
 
@@ -61,7 +61,7 @@ TEST_CASE("decode-ahead drops the pieces its stream has covered and decodes the 
   CHECK(e.stats().chunks_decoded.load() == 64);
 
   // Without a cover nothing is dropped.
-  Engine e2(o);
+  TestCore e2(o);
   auto a2 = e2.open_file(f.path)->dataset_array("/d");
   e2.prefetch_bytes(*a2, 0, a2->nbytes());
   wait_for_tasks(e2, 64, false);
@@ -80,10 +80,10 @@ TEST_CASE("the decode-ahead's room is half the chunk cache's free and read-throu
   const auto oracle = h5_read_all(f.path, "/d");
   const uint64_t frame = 32768 * 2;
 
-  EngineOptions o;
+  CoreOptions o;
   o.threads = 2;
   o.cache_bytes = 4ull << 20;
-  Engine e(o);
+  TestCore e(o);
   auto a = e.open_file(f.path)->dataset_array("/d");
   REQUIRE(a->decodes());
   CHECK(e.decode_ahead_room() == (2ull << 20));  // empty: half the budget

@@ -22,6 +22,8 @@
 #include "vfs/vfs.h"
 
 using namespace h5d;
+using h5d::test::CoreOptions;
+using h5d::test::TestCore;
 using namespace h5d::vfs;
 
 namespace {
@@ -98,11 +100,11 @@ TEST_CASE("the vfs walked by many threads at once: each sees what one thread see
     for (const auto& s : specs) test::write_dataset(fsp, s, seed++);
   }
 
-  EngineOptions o;
+  CoreOptions o;
   o.threads = 2;
   o.cache_bytes = 1 << 16;  // small: chunks are evicted and decoded again while others read
-  Engine engine(o);
-  Vfs fs(engine, VfsOptions{}, d);
+  TestCore engine(o);
+  Vfs fs(engine, engine.files, VfsOptions{}, d);
   constexpr size_t kThreads = 4;
   std::vector<Seen> seen(kThreads);
   std::vector<std::thread> ts;

@@ -19,6 +19,8 @@
 #include "vfs/vfs.h"
 
 using namespace h5d;
+using h5d::test::CoreOptions;
+using h5d::test::TestCore;
 using namespace h5d::vfs;
 
 namespace {
@@ -43,11 +45,11 @@ TEST_CASE("read figures: each read of data counted once, the same in stats.json 
   const std::vector<uint8_t> expected = test::h5_read_all(path, "/d");
   REQUIRE(expected.size() == 2000);
 
-  EngineOptions eo;
+  CoreOptions eo;
   eo.threads = 2;
-  Engine engine(eo);
+  TestCore engine(eo);
   VfsOptions o;
-  Vfs fs(engine, o, path);
+  Vfs fs(engine, engine.files, o, path);
   install_builtin_providers(fs, o);
   auto figures = [&] { return nlohmann::json::parse(fs.render_stats()); };
   REQUIRE(figures()["reads"] == 0);

@@ -24,8 +24,11 @@
 #include "vfs/sidecar.h"
 #include "vfs/tree.h"
 #include "vfs/vfs.h"
+#include "tests/support/h5fixture.h"
 
 using namespace h5d;
+using h5d::test::CoreOptions;
+using h5d::test::TestCore;
 using namespace h5d::vfs;
 
 namespace {
@@ -70,8 +73,8 @@ void write_file(const std::string& path, const std::string& content, mode_t mode
 
 const std::string kSig("\x89HDF\r\n\x1a\n", 8);
 
-EngineOptions small_engine() {
-  EngineOptions o;
+CoreOptions small_engine() {
+  CoreOptions o;
   o.threads = 2;
   o.cache_bytes = 16 << 20;
   return o;
@@ -210,8 +213,8 @@ TEST_CASE("check_access walks every directory of the source's path and follows c
 }
 
 TEST_CASE("array files: .npy header from memory then the array's bytes; .raw alone", "[vfs]") {
-  Engine engine(small_engine());
-  TreeContext ctx{engine, VfsOptions{}, {}};
+  TestCore engine(small_engine());
+  TreeContext ctx{engine, engine.files, VfsOptions{}, {}};
   DType u2;
   u2.typestr = "<u2";
   u2.itemsize = 2;
@@ -252,8 +255,8 @@ TEST_CASE("array files: .npy header from memory then the array's bytes; .raw alo
 }
 
 TEST_CASE("empty arrays: header-only .npy, empty .raw, no load", "[vfs]") {
-  Engine engine(small_engine());
-  TreeContext ctx{engine, VfsOptions{}, {}};
+  TestCore engine(small_engine());
+  TreeContext ctx{engine, engine.files, VfsOptions{}, {}};
   DType f4;
   f4.typestr = "<f4";
   f4.itemsize = 4;
@@ -278,8 +281,8 @@ TEST_CASE("array files: a shape of more than 2^63 bytes never gets a wrapped siz
     t.itemsize = 8;
     return t;
   }();
-  Engine engine(small_engine());
-  TreeContext ctx{engine, VfsOptions{}, {}};
+  TestCore engine(small_engine());
+  TreeContext ctx{engine, engine.files, VfsOptions{}, {}};
   // 2^62 x 5 x 8 bytes wraps 2^64 to 2^63 x 5 mod 2^64 = 2^63: product() alone would list it.
   for (const Shape& shape : {Shape{uint64_t(1) << 62, 5}, Shape{uint64_t(1) << 60}, Shape{uint64_t(1) << 32, uint64_t(1) << 32, 2}}) {
     ArraySpec spec{shape, f8, "huge", "direct", []() -> ArrayPtr { fail(EIO, "must not load"); }, "", ""};
@@ -419,9 +422,9 @@ TEST_CASE("Vfs over a directory: lazy, signature-based, read-only, control dir",
   ::symlink("nowhere", (d + "/dangling.h5").c_str());
   ::symlink("fake.h5", (d + "/alias.h5").c_str());
 
-  Engine engine(small_engine());
+  TestCore engine(small_engine());
   std::atomic<int> factory_calls{0};
-  Vfs fs(engine, VfsOptions{}, d);
+  Vfs fs(engine, engine.files, VfsOptions{}, d);
   fs.add_provider_factory([&](const ProviderRequest& req) -> std::unique_ptr<DirProvider> {
     ++factory_calls;
     if (req.kind != SourceKind::Directory || req.path.substr(req.path.size() - 4) != "/sub") return nullptr;
@@ -492,14 +495,14 @@ TEST_CASE("Vfs over a directory: lazy, signature-based, read-only, control dir",
 TEST_CASE("Vfs refuses a missing or non-HDF5 source", "[vfs]") {
   const std::string d = tmpdir("vfs_src");
   write_file(d + "/plain.txt", "text");
-  Engine engine(small_engine());
+  TestCore engine(small_engine());
   try {
-    Vfs fs(engine, VfsOptions{}, d + "/missing");
+    Vfs fs(engine, engine.files, VfsOptions{}, d + "/missing");
     FAIL("no error");
   } catch (const Error& e) {
     CHECK(e.code() == ENOENT);
   }
-  CHECK_THROWS_AS(Vfs(engine, VfsOptions{}, d + "/plain.txt"), Error);
+  CHECK_THROWS_AS(Vfs(engine, engine.files, VfsOptions{}, d + "/plain.txt"), Error);
 }
 
 // Issue 15: the plain directory provider never looks up the excluded path (the mount point),
@@ -515,20 +518,20 @@ TEST_CASE("the mount point is never shown or entered; uid, gid, umask override w
   ::symlink((other + "/../mnt/./inner/f.h5").c_str(), (src + "/to_file.h5").c_str());  // via ..
   ::symlink((src + "/to_mnt").c_str(), (src + "/chain").c_str());         // a link to a link
   ::symlink(other.c_str(), (src + "/to_other").c_str());                  // fine: shown
-  Engine engine(small_engine());
+  TestCore engine(small_engine());
   VfsOptions o;
   o.exclude_path = mnt;
   o.show_uid = 4321;
   o.show_gid = 99;
   o.umask = 077;
-  Vfs fs(engine, o, src);
+  Vfs fs(engine, engine.files, o, src);
   std::set<std::string> names;
   for (const auto& e : fs.readdir(Vfs::kRootIno)) names.insert(e.name);
   CHECK(names == std::set<std::string>{".h5direct", "fake.h5", "to_other"});
   {  // The same mount point spelled with "..", "." and a trailing slash is the same exclusion.
     VfsOptions o2;
     o2.exclude_path = other + "/.././mnt/";
-    Vfs spelled(engine, o2, src);
+    Vfs spelled(engine, engine.files, o2, src);
     std::set<std::string> got;
     for (const auto& e : spelled.readdir(Vfs::kRootIno)) got.insert(e.name);
     CHECK(got == names);
@@ -538,7 +541,7 @@ TEST_CASE("the mount point is never shown or entered; uid, gid, umask override w
   CHECK(fake.gid == 99);
   CHECK((fake.mode & 07777) == (0777 & ~077 & 0555));  // a directory: 0500
   // Without the exclusion the same links are shown (the test would notice if they were not made).
-  Vfs plain(engine, VfsOptions{}, src);
+  Vfs plain(engine, engine.files, VfsOptions{}, src);
   std::set<std::string> all;
   for (const auto& e : plain.readdir(Vfs::kRootIno)) all.insert(e.name);
   CHECK(all == std::set<std::string>{".h5direct", "chain", "fake.h5", "to_file.h5", "to_inner", "to_mnt", "to_other"});
@@ -620,10 +623,10 @@ TEST_CASE("a source directory follows its source: names added, removed, replaced
   write_file(d + "/sub/inner.h5", kSig + std::string(100, '\0'));
   write_file(d + "/notes.txt", "not hdf5");
 
-  Engine engine(small_engine());
+  TestCore engine(small_engine());
   VfsOptions o;
   o.revalidate = 0.05;
-  Vfs fs(engine, o, d);
+  Vfs fs(engine, engine.files, o, d);
   // A directory holding a file named MARK is shown by this factory's provider (as a run is).
   fs.add_provider_factory([](const ProviderRequest& req) -> std::unique_ptr<DirProvider> {
     if (req.kind != SourceKind::Directory || ::access((req.path + "/MARK").c_str(), F_OK) != 0) return nullptr;
@@ -703,10 +706,10 @@ TEST_CASE("a source directory follows its source: names added, removed, replaced
 TEST_CASE("revalidate=0: a source directory is listed once", "[vfs][revalidate]") {
   const std::string d = tmpdir("vfs_reval0");
   write_file(d + "/a.h5", kSig + std::string(100, '\0'));
-  Engine engine(small_engine());
+  TestCore engine(small_engine());
   VfsOptions o;
   o.revalidate = 0;
-  Vfs fs(engine, o, d);
+  Vfs fs(engine, engine.files, o, d);
   RecordingListener heard;
   fs.set_listener(&heard);
   CHECK(names_of(fs, Vfs::kRootIno) == std::set<std::string>{".h5direct", "a.h5"});

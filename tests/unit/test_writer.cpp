@@ -42,8 +42,8 @@ using Bytes = std::vector<uint8_t>;
 
 const char* kPluginDir = "/usr/lib/x86_64-linux-gnu/hdf5/serial/plugins";
 
-EngineOptions engine_opts(unsigned threads) {
-  EngineOptions o;
+CoreOptions engine_opts(unsigned threads) {
+  CoreOptions o;
   o.threads = threads;
   o.cache_bytes = 8 << 20;
   return o;
@@ -355,8 +355,8 @@ struct ChunkedCase {
 }  // namespace
 
 TEST_CASE("writer: files and groups", "[writer]") {
-  Engine e(engine_opts(2));
-  Writer w(e, {});
+  TestCore e(engine_opts(2));
+  Writer w(e.files, {});
   const std::string f = fresh_path("groups");
   CHECK_FALSE(w.owns(f));
   w.create_file(f);
@@ -418,8 +418,8 @@ TEST_CASE("writer: files and groups", "[writer]") {
 }
 
 TEST_CASE("writer: contiguous datasets, byte ranges out of order", "[writer]") {
-  Engine e(engine_opts(2));
-  Writer w(e, {});
+  TestCore e(engine_opts(2));
+  Writer w(e.files, {});
   const std::string f = fresh_path("contig");
   w.create_file(f);
   w.create_group(f, "/g");
@@ -505,12 +505,12 @@ TEST_CASE("writer: chunked and compressed datasets with partial chunks", "[write
       {"<u2", {10, 6}, {50, 4}, "none", -1, {}},  // chunks larger than the shape: clipped
   };
   for (unsigned threads : {2u, 0u}) {
-    Engine e(engine_opts(threads));
+    TestCore e(engine_opts(threads));
     uint32_t seed = 100 * threads;
     for (const ChunkedCase& c : cases) {
       INFO(c.typestr << " " << c.compression << " rank " << c.shape.size() << ", " << threads
                      << " pool threads");
-      Writer w(e, {});
+      Writer w(e.files, {});
       const std::string f = fresh_path(std::string("chunked_") + c.compression);
       w.create_file(f);
       w.create_group(f, "/data");
@@ -590,10 +590,10 @@ TEST_CASE("writer: chunked and compressed datasets with partial chunks", "[write
 }
 
 TEST_CASE("writer: automatic chunks and flush_all", "[writer]") {
-  Engine e(engine_opts(2));
+  TestCore e(engine_opts(2));
   WriterOptions o;
   o.compression = "gzip";
-  Writer w(e, o);
+  Writer w(e.files, o);
   CHECK(w.options().compression == "gzip");
   const std::string f = fresh_path("auto");
   w.create_file(f);
@@ -623,8 +623,8 @@ TEST_CASE("writer: automatic chunks and flush_all", "[writer]") {
 }
 
 TEST_CASE("writer: concurrent writes to one dataset", "[writer]") {
-  Engine e(engine_opts(2));
-  Writer w(e, {});
+  TestCore e(engine_opts(2));
+  Writer w(e.files, {});
   const std::string f = fresh_path("threads");
   w.create_file(f);
   struct Case {
@@ -671,8 +671,8 @@ TEST_CASE("writer: concurrent writes to one dataset", "[writer]") {
 // opened after close_all (which would get a descriptor number close_all let go of). Under TSan
 // (tools/test-sanitizers.sh) this is also the check that FileState is safe from any thread.
 TEST_CASE("writer: writes racing with close_all reach the file or fail with EIO", "[writer]") {
-  Engine e(engine_opts(2));
-  Writer w(e, {});
+  TestCore e(engine_opts(2));
+  Writer w(e.files, {});
   const std::string f = fresh_path("close_race");
   w.create_file(f);
   NewDataset contig;
@@ -780,14 +780,14 @@ TEST_CASE("writer: existing datasets written in place", "[writer]") {
   }
   REQUIRE(original.size() == 50 * 40 * 2);
 
-  Engine e(engine_opts(2));
+  TestCore e(engine_opts(2));
   {
-    Writer ro(e, {});
+    Writer ro(e.files, {});
     CHECK(errno_of([&] { ro.open_existing(fs.path, "/contig"); }) == EPERM);
   }
   WriterOptions o;
   o.write_existing = true;
-  Writer w(e, o);
+  Writer w(e.files, o);
   CHECK_FALSE(w.owns(fs.path));  // in place only: no new datasets there
   for (const char* p : {"/chunked", "/compact", "/unallocated"}) {
     INFO(p);
@@ -824,8 +824,8 @@ TEST_CASE("writer: existing datasets written in place", "[writer]") {
 
 namespace {
 
-EngineOptions engine_with_helpers(unsigned timeout_ms = 20000) {
-  EngineOptions o = engine_opts(2);
+CoreOptions engine_with_helpers(unsigned timeout_ms = 20000) {
+  CoreOptions o = engine_opts(2);
   o.helper = h5d::test::helper_options(1, timeout_ms);
   return o;
 }
@@ -845,8 +845,8 @@ bool process_exists(pid_t pid) { return pid > 0 && ::kill(pid, 0) == 0; }
 }  // namespace
 
 TEST_CASE("writer: with helpers, libhdf5 runs in one writer process per file", "[writer]") {
-  Engine e(engine_with_helpers());
-  Writer w(e, {});
+  TestCore e(engine_with_helpers());
+  Writer w(e.files, {});
   const std::string f1 = fresh_path("proc_a"), f2 = fresh_path("proc_b");
   w.create_file(f1);
   w.create_file(f2);
@@ -896,11 +896,11 @@ TEST_CASE("writer: with helpers, libhdf5 runs in one writer process per file", "
 TEST_CASE("writer: WriteFile::exists tells absent from a libhdf5 failure", "[writer]") {
   for (const bool helpers : {false, true}) {
     INFO((helpers ? "in the writer process" : "in process"));
-    Engine e(helpers ? engine_with_helpers() : engine_opts(2));
+    TestCore e(helpers ? engine_with_helpers() : engine_opts(2));
     const std::string f = fresh_path(helpers ? "exists_remote" : "exists_local");
     dev_t dev = 0;
     ino_t ino = 0;
-    std::unique_ptr<WriteFile> file = create_write_file(e, f, dev, ino);
+    std::unique_ptr<WriteFile> file = write_file_factory(e.files.helper_options())(f, dev, ino);
     CHECK((file->pid() > 0) == helpers);
     file->create_group("/g");
     NewDataset spec;
@@ -932,8 +932,8 @@ TEST_CASE("writer: WriteFile::exists tells absent from a libhdf5 failure", "[wri
 }
 
 TEST_CASE("writer: a killed writer process fails its file's writes with EIO, not another file's", "[writer]") {
-  Engine e(engine_with_helpers());
-  Writer w(e, {});
+  TestCore e(engine_with_helpers());
+  Writer w(e.files, {});
   const std::string fa = fresh_path("killed"), fb = fresh_path("survivor");
   w.create_file(fa);
   w.create_file(fb);
@@ -973,14 +973,14 @@ TEST_CASE("writer: a killed writer process fails its file's writes with EIO, not
 }
 
 TEST_CASE("writer: a chunk larger than a metadata reply is read back through its writer process", "[writer]") {
-  Engine e(engine_with_helpers());
+  TestCore e(engine_with_helpers());
   // One chunk above proto::kMaxMetaReply (64 MiB), stored as is (no filter), and room for one
   // partial chunk only: writing into the other chunk spills the first to the file, and its
   // next bytes bring all of it back through the socket (H5Dread_chunk in the process).
   const uint64_t chunk = (64ull << 20) + 4096;  // bytes; elements of 2 bytes
   WriterOptions wo;
   wo.pending_budget = chunk;
-  Writer w(e, wo);
+  Writer w(e.files, wo);
   const std::string f = fresh_path("big_chunk");
   w.create_file(f);
   NewDataset spec;
