@@ -30,7 +30,8 @@ every reader (h5py.File, the reader's open, np.load's open and header); mounting
 random1 is also timed frame by frame: the JSON's io[...]['frames'] has, per pass, the median of a
 frame's first visit (the storage's round trip and what the reader adds after it) and of a repeat.
 --readers h5direct runs h5direct alone (two builds compared, each in its own run): this VM's
-slow passes come more often in a run with all three readers (docs/benchmarks.md).
+slow passes come more often in a run with all three readers (docs/benchmarks.md, "Freed pages
+and `min_free_ms`").
 
 runopen: (a) h5direct: a fresh mount of the run (time to mount), os.listdir of the run and of
 module 0's source directory, and a full read of its image.data.npy, with the run's files map and

@@ -108,10 +108,11 @@ def mount_h5direct(binary, src, opts=None, mnt=None, workdir=None, stderr=subpro
 
 # Free page reporting (virtio-balloon): a VM that hands the guest's freed memory back to its host
 # at once makes every page the guest touches again fault in the host (~10 us per 4 KiB page
-# measured here, docs/benchmarks.md): 210 MB of fresh memory then costs 0.2-0.5 s, and a pass
-# through FUSE (the page cache of the file plus the reader's array) touches twice what h5py's
-# pass does. A real node keeps its freed pages. hold_freed_pages() keeps them for `ms` (the
-# guest's min_free_ms) until the program ends; reporting_state() says what the run measured.
+# measured here, docs/benchmarks.md, "Freed pages and `min_free_ms`"): 210 MB of fresh memory then
+# costs 0.2-0.5 s, and a pass through FUSE (the page cache of the file plus the reader's array)
+# touches twice what h5py's pass does. A real node keeps its freed pages. hold_freed_pages() keeps
+# them for `ms` (the guest's min_free_ms) until the program ends; reporting_state() says what the
+# run measured.
 PAGE_REPORTING = '/sys/module/page_reporting/parameters'
 MIN_FREE_MS = osp.join(PAGE_REPORTING, 'min_free_ms')
 

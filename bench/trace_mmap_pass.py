@@ -1,6 +1,7 @@
 """One `out[...] = np.load(X.npy, mmap_mode='r')` pass per fresh mount, with the counts that
 explain it: the reader's page faults, the daemon's CPU, and stats.json (requests, bytes pushed,
-chunks decoded, decode time). Used for the read-path traces in docs/benchmarks.md.
+chunks decoded, decode time). Used for the read-path traces in docs/benchmarks.md, "What each
+mechanism buys".
 
 usage: trace_mmap_pass.py MOUNT_BINARY SOURCE_DIR PASSES [MOUNT_OPTIONS]
 (SOURCE_DIR holds frames.h5 with one dataset, as bench_matrix.py --workdir leaves them.)"""

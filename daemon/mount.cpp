@@ -125,8 +125,8 @@ int effective_readahead_kb(int opt) {
 // replies), a window of 1 MiB took a request of 964 KiB and one of 60 KiB, each a round trip.
 // Rounded up to a multiple of the cap, every window is requests of the cap's size: 401 -> 214
 // requests for a 210 MB mmap copy of uncompressed data, full copies 2-14% faster, short slices
-// and deflate within noise (docs/benchmarks.md). Never below what was asked; unchanged when
-// requests are not capped.
+// and deflate within noise (docs/benchmarks.md, "What each mechanism buys"). Never below what
+// was asked; unchanged when requests are not capped.
 unsigned whole_requests_kb(unsigned kb, size_t max_read) {
   const size_t cap_kb = max_read / 1024;
   if (kb == 0 || cap_kb == 0) return kb;

@@ -390,7 +390,8 @@ uint64_t copy_for_push(Context& c, fuse_ino_t ino, vfs::OpenFile& f, vfs::OpenFi
 // Pushes bytes into the page cache (notify_store). Best effort: a failure only means the kernel
 // asks for the pages itself. Never through a pipe: with splicing wanted (spliced replies),
 // libfuse would otherwise copy a buffer of 8 KiB and more into a pipe and splice that, a copy
-// and a pipe page allocation per page more than one writev (docs/benchmarks.md, random frames).
+// and a pipe page allocation per page more than one writev (docs/benchmarks.md, "What each
+// mechanism buys").
 void push_bytes(Context& c, fuse_ino_t ino, uint64_t off, std::vector<char>& bytes) {
   if (bytes.empty()) return;
   fuse_bufvec bv = FUSE_BUFVEC_INIT(bytes.size());
@@ -451,7 +452,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
     // Pushes (vfs/read_policy.h), all before the reply: the rest of the units this read decoded
     // (the woken reader must find them there) and, in a stream, the decoded units ahead (pushed
     // after the reply, they landed after the reader had asked for them: a request per unit
-    // instead of one per push, docs/benchmarks.md).
+    // instead of one per push, docs/benchmarks.md, "What each mechanism buys").
     if (fs(req).may_push(c.means, size, n)) {
       std::vector<char> near = c.push_buffers.take();
       for (const vfs::OpenFile::Range& r : pushes.ranges) push_bytes(c, ino, copy_for_push(c, ino, *f, r, near), near);

@@ -189,7 +189,7 @@ struct Context {
 // cap: a read of frames of several modules is one buffer per module and frame, eight for 128 KiB
 // AGIPD module frames), and with splicing on, requests are capped at
 // splice_max_read() (a 1 MiB read-ahead window then takes two requests instead of one; the
-// splice halves the daemon's CPU per byte: docs/benchmarks.md).
+// splice halves the daemon's CPU per byte: docs/benchmarks.md, "What each mechanism buys").
 constexpr size_t kSpliceBuffers = 12;
 size_t splice_pipe_max();
 size_t splice_max_read();

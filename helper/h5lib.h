@@ -31,7 +31,7 @@ int load_filter_plugins();
 // between two requests, so that no block one file's request left behind is reused unwiped for
 // another's (M_PERTURB wipes what malloc hands out). Once per request instead of no free lists
 // at all: those made every libhdf5 allocation a malloc and a wipe, and listing a 340-file run
-// took 2.4x the CPU (docs/benchmarks.md).
+// took 2.4x the CPU (docs/benchmarks.md, "What each mechanism buys").
 void release_free_lists();
 
 // The current HDF5 error stack as one line (innermost message first).
@@ -238,7 +238,7 @@ std::string try_virtual_dsetname(hid_t dcpl, size_t i);
 // `mem_type`, whose conversion buffer is as large as that read needs (at most libhdf5's default,
 // 1 MiB, above which it converts in pieces). libhdf5 1.10 allocates (and zeroes) the whole default
 // buffer for every converting read, even of one string: a sequence file's few small string reads
-// allocated 1 MiB each (listing a 340-file run, docs/benchmarks.md).
+// allocated 1 MiB each (listing a 340-file run, docs/benchmarks.md, "What each mechanism buys").
 Handle transfer_for(hid_t file_type, hid_t mem_type, uint64_t elements);
 
 // Truncated files (h5truncated.cpp). libhdf5 refuses a file shorter than the end of address

@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
   // faulted in anew, file after file. Blocks up to 4 MiB stay on the heap, and up to 16 MiB of
   // free heap is kept: one request's working set, reused (and wiped) by the next. Larger blocks
   // (library reads of data) are mapped and unmapped as before. Listing a 340-file run: helper
-  // CPU -15% (docs/benchmarks.md).
+  // CPU -15% (docs/benchmarks.md, "What each mechanism buys").
   ::mallopt(M_MMAP_THRESHOLD, 4 << 20);
   ::mallopt(M_TRIM_THRESHOLD, 16 << 20);
   // Everything that reads a file of the system is done before the sandbox, which allows none:

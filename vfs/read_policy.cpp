@@ -96,11 +96,12 @@ SequentialPrefetcher::Range SequentialPrefetcher::on_read(uint64_t off, uint64_t
   if (gap) window = std::max(window, std::min(gap, cfg_.max));
   // Decoded ahead, chunks wait in the chunk cache until read, and a cache too small for them
   // evicts the oldest first: those nearest the reader, decoded again when it gets there
-  // (cache_size=32M under 64 MiB windows decoded each chunk 1.5 times, docs/benchmarks.md). So
-  // the window asks for no more than `room`, from its near end; the frontier stays where the ask
-  // stopped, and a later read asks for more as the reader frees room. Never for less than a
-  // first window (unless that is all it wants): asks of a chunk or two, one per read, were read
-  // by as many small requests, fewer in flight (cold at 2 ms: 0.50 s against 0.29 s).
+  // (cache_size=32M under 64 MiB windows decoded each chunk 1.5 times, docs/benchmarks.md, "What
+  // each mechanism buys"). So the window asks for no more than `room`, from its near end; the
+  // frontier stays where the ask stopped, and a later read asks for more as the reader frees room.
+  // Never for less than a first window (unless that is all it wants): asks of a chunk or two, one
+  // per read, were read by as many small requests, fewer in flight (cold at 2 ms: 0.50 s against
+  // 0.29 s).
   const auto within_room = [&](uint64_t want) {
     if (!room) return want;
     const uint64_t have = room();

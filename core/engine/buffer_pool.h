@@ -2,11 +2,11 @@
 // use touched ahead of need by a background thread of the lowest priority.
 //
 // Why: the first write to fresh memory costs a page fault and the zeroing of each page. On the
-// VMs measured (docs/benchmarks.md) that is ~100 us per 128 KiB, a third of decoding a chunk into
-// it, and a reader that keeps asking for chunks not yet cached (random frames while the cache
-// grows) paid it on every request. Buffers that come back from the cache are reused as they are
-// (already mapped); the background thread keeps `reserve` bytes of each recently used size ready
-// so that the decode on the request path rarely touches fresh memory.
+// VMs measured (docs/benchmarks.md, "What each mechanism buys") that is ~100 us per 128 KiB, a
+// third of decoding a chunk into it, and a reader that keeps asking for chunks not yet cached
+// (random frames while the cache grows) paid it on every request. Buffers that come back from the
+// cache are reused as they are (already mapped); the background thread keeps `reserve` bytes of
+// each recently used size ready so that the decode on the request path rarely touches fresh memory.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -10,7 +10,8 @@
 //             only up to a small byte budget, so a stream recycles a few MiB of memory instead
 //             of filling the whole budget with chunks the kernel's page cache already holds.
 //             Fresh pages cost the daemon a page fault and a zeroed page each: recycling them
-//             made a first sequential read about 18% faster (docs/benchmarks.md).
+//             made a first sequential read about 18% faster (docs/benchmarks.md, "What each
+//             mechanism buys").
 // Eviction takes consumed chunks first, then the coldest hot ones. A hit moves a chunk back to
 // the front of the hot list.
 #pragma once

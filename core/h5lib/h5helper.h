@@ -145,8 +145,8 @@ class HelperPool {
   bool marked_bad(const std::string& file);
   // Starts every idle helper that is not running (a mount calls it once its loop can start):
   // a helper's start (exec, loading libhdf5) then overlaps the first requests instead of
-  // delaying the first access after a mount (docs/benchmarks.md). Not a request; a helper that
-  // cannot start is logged and started again by the next request for it.
+  // delaying the first access after a mount (docs/benchmarks.md, "What each mechanism buys"). Not a
+  // request; a helper that cannot start is logged and started again by the next request for it.
   void start_idle();
 
   const HelperOptions& options() const { return opts_; }

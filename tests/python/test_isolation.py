@@ -240,7 +240,8 @@ def test_run_open_asks_one_helper_request_per_sequence_file():
     """Everything Run::open reads from a sequence file (train IDs, flags, sources, INDEX
     first/count of every source, the first file's METADATA) comes in one helper request per
     file (meta::read_sequence_file): the boundary's cost per request is paid once per file, not
-    once per item (2396 requests for a 340-file run before, docs/benchmarks.md)."""
+    once per item (2396 requests for a 340-file run before, docs/benchmarks.md, "What each
+    mechanism buys")."""
     import euxfel_mock
     d = make_tmpdir('iso-run-')
     run = euxfel_mock.build(d, scenario='bench', modules=2, seq_files=3, trains_per_file=2)

@@ -1,8 +1,8 @@
-"""bench/slowfs, the slow-storage emulator (docs/benchmarks.md): bytes and metadata pass through
-unchanged (the source itself is the oracle), writes are refused, and the costs it promises hold.
-Only what the emulator guarantees is timed: lower bounds (a request never answers before its
-latency + size / bandwidth, measured on CLOCK_MONOTONIC as time.monotonic is), and for overlap an
-upper bound with a margin of several times."""
+"""bench/slowfs, the slow-storage emulator (docs/benchmarks.md, "Slow-storage emulator:
+bench/slowfs"): bytes and metadata pass through unchanged (the source itself is the oracle), writes
+are refused, and the costs it promises hold. Only what the emulator guarantees is timed: lower
+bounds (a request never answers before its latency + size / bandwidth, measured on CLOCK_MONOTONIC
+as time.monotonic is), and for overlap an upper bound with a margin of several times."""
 import json
 import os
 import os.path as osp
