@@ -1,5 +1,5 @@
 // NAME.npy and NAME.raw: an in-memory .npy header (npy only) followed by the array's C-order
-// bytes, read through Engine::read_bytes; what each read leads to (pushes, decode-ahead, the
+// bytes, read through read_bytes (core/array/reader.h); what each read leads to (pushes, decode-ahead, the
 // kernel's read-ahead) is decided by vfs/read_policy.h from the array's decode units.
 #include <algorithm>
 #include <cstring>
@@ -9,6 +9,7 @@
 #include "core/engine/chunk_cache.h"
 #include "core/engine/engine.h"
 #include "core/engine/fd_cache.h"
+#include "core/engine/source_io.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "vfs/npy.h"
@@ -98,11 +99,9 @@ class ArrayOpenFile final : public OpenFile {
         out = Spliced{};
         return false;
       }
-      // A splice reads what the source's page cache lacks inside the request, one request at a
-      // time: cold bytes are read by the ordinary read instead, in requests spread over the I/O
-      // depth (docs/architecture.md, "The I/O path").
+      // Cold bytes are not spliced (SourceIo::may_splice).
       for (const FileRun& r : out.runs) {
-        if (!source_resident(r.fd->fd(), r.file_off, r.n)) {
+        if (!node_.ctx_.engine.io().may_splice(*r.fd, r.file_off, r.n)) {
           node_.ctx_.counters.splice_cold.fetch_add(1, std::memory_order_relaxed);
           out = Spliced{};
           return false;

@@ -32,7 +32,7 @@ struct ByteRange {
   bool operator==(const ByteRange& o) const { return off == o.off && len == o.len; }
 };
 
-// Stream detection for one open file, driving the decode-ahead (Engine::prefetch_bytes).
+// Stream detection for one open file, driving the decode-ahead (prefetch_bytes, core/array/reader.h).
 //
 // Up to kStreams streams per open file (threads of one process reading parts of one mapping
 // share it), each between `lo` (the lowest start) and `cursor` (the highest end) of its reads.
@@ -115,7 +115,7 @@ class SequentialPrefetcher {
     uint64_t reads = 0;
     bool primed = false;          // has asked for decode-ahead once
     uint64_t pushed_lo = ~0ull, pushed_hi = 0;  // ReadPolicy's push-ahead reach
-    // [lo, cursor), shared with the decode-ahead this stream asked for (Engine::prefetch_bytes
+    // [lo, cursor), shared with the decode-ahead this stream asked for (prefetch_bytes
     // drops pieces the reader has read meanwhile); a new stream in the slot gets a new one.
     std::shared_ptr<ReadCover> cover;
   };
@@ -157,7 +157,7 @@ struct ReadFollowUp {
                         // (up to kPushAhead): push them before the reply as well
   ByteRange prefetch;   // data bytes to decode ahead of a stream
   uint64_t capped = 0;  // decode-ahead left out for want of room in the chunk cache
-  std::shared_ptr<const ReadCover> cover;  // its stream's cover (Engine::prefetch_bytes)
+  std::shared_ptr<const ReadCover> cover;  // its stream's cover (prefetch_bytes)
 };
 
 class ReadPolicy {
@@ -189,7 +189,7 @@ class ReadPolicy {
   unsigned choose_readahead_kb(bool push, unsigned mount_kb);
 
   // After the reader's read of file bytes [off, off + n) (n: what it got). `decoded` tells
-  // whether data bytes are decoded already (Engine::bytes_decoded). Updates the stream.
+  // whether data bytes are decoded already (bytes_decoded, core/array/reader.h). Updates the stream.
   ReadFollowUp after_read(uint64_t off, uint64_t n, const std::function<bool(ByteRange)>& decoded,
                           bool waited = true, const std::function<uint64_t()>& room = nullptr);
 

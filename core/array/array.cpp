@@ -250,11 +250,3 @@ void append_run(std::vector<FileRun>& out, const std::shared_ptr<const OpenFd>& 
 
 }  // namespace h5d
 
-namespace h5d {
-
-uint64_t file_key(const std::string& path) {
-  const uint64_t k = std::hash<std::string>()(path);
-  return k ? k : 1;
-}
-
-}  // namespace h5d

@@ -26,29 +26,44 @@ namespace {
 // under ChunkedArray::ctx_mu_ (level 4): its tasks take no lock but the descriptor cache's.
 class ParallelSource final : public fmt::ByteSource {
  public:
-  ParallelSource(Engine& e, const OpenFd& fd) : e_(e), fd_(fd) {}
-  void read_at(uint64_t off, void* buf, size_t n) const override { fd_.read_at(off, buf, n); }
+  ParallelSource(SourceIo& io, const OpenFd& fd) : io_(io), fd_(fd) {}
+  void read_at(uint64_t off, void* buf, size_t n) const override { io_.read_structure(fd_, buf, n, off); }
   uint64_t size() const override { return fd_.size(); }
   std::string name() const override { return fd_.name(); }
   void prefetch(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const override {
-    std::vector<std::function<void()>> tasks;
-    for (const auto& [off, len] : ranges) {
-      if (off >= fd_.size() || len == 0) continue;
-      const uint64_t n = std::min<uint64_t>({len, fd_.size() - off, Engine::kMaxScratchRequest});
-      tasks.push_back([this, off = off, n] {
-        try {
-          e_.read_into_page_cache(fd_.fd(), off, n, fd_.path() + " (chunk index)", Engine::ReadKind::Data);
-        } catch (const std::exception&) {
-          // A hint: the parser's own read reports what is wrong.
-        }
-      });
-    }
-    e_.pool().run_all(tasks);
+    io_.read_ahead_ranges(fd_, ranges);
   }
 
  private:
-  Engine& e_;
+  SourceIo& io_;
   const OpenFd& fd_;
+};
+
+// The times of one chunk's decoding (its read, the wait for a CPU slot, the decode itself) and,
+// once decoded, its counts: chunks_decoded, bytes_decoded and decode_ns (the CPU time of
+// decoding, inside the slot: with many I/O workers the time waiting for the source or for a slot
+// says nothing about the cores). A chunk that fails counts nothing.
+class DecodeTimes {
+ public:
+  using Clock = std::chrono::steady_clock;
+  DecodeTimes(Stats& st, uint64_t bytes) : st_(st), bytes_(bytes), t0_(Clock::now()) {}
+  void read() { t_read_ = Clock::now(); }
+  void slot() { t_slot_ = Clock::now(); }
+  void decoded() {
+    t_done_ = Clock::now();
+    st_.chunks_decoded.fetch_add(1, std::memory_order_relaxed);
+    st_.bytes_decoded.fetch_add(bytes_, std::memory_order_relaxed);
+    st_.decode_ns.fetch_add(uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t_done_ - t_slot_).count()),
+                            std::memory_order_relaxed);
+  }
+  std::string read_ms() const { return ms(t_read_ - t0_); }
+  std::string decode_ms() const { return ms(t_done_ - t_read_); }  // the slot's wait included
+
+ private:
+  static std::string ms(Clock::duration d) { return std::to_string(std::chrono::duration<double, std::milli>(d).count()); }
+  Stats& st_;
+  uint64_t bytes_;
+  Clock::time_point t0_, t_read_, t_slot_, t_done_;
 };
 
 std::string coords_str(const Shape& c) {
@@ -60,7 +75,7 @@ std::string coords_str(const Shape& c) {
 class ChunkedArray final : public DatasetArray {
  public:
   ChunkedArray(Engine& e, std::shared_ptr<const DatasetInfo> info, const StorageInfo& st)
-      : DatasetArray(e, std::move(info)), st_(st), array_id_(ChunkCache::new_array_id()) {
+      : DatasetArray(e, std::move(info), st.file_id), st_(st), array_id_(ChunkCache::new_array_id()) {
     ds_rank_ = st.ds_rank;
     chunk_ext_ = info_->chunks;  // chunk dims over the dataspace, then the folded array dims
     for (size_t k = ds_rank_; k < info_->shape.size(); ++k) chunk_ext_.push_back(info_->shape[k]);
@@ -76,7 +91,7 @@ class ChunkedArray final : public DatasetArray {
       run *= std::min<uint64_t>(chunk_ext_[k], info_->shape[k]);
       if (chunk_ext_[k] != info_->shape[k] || run > kMaxChunkBytes) break;
     }
-    narrow_ = run < chunk_bytes_ && run < Engine::kMinRequest;
+    narrow_ = run < chunk_bytes_ && run < SourceIo::kMinRequest;
   }
 
   void plan(const Region& r, const DestView& dst, ReadPlan& plan) const override {
@@ -85,7 +100,7 @@ class ChunkedArray final : public DatasetArray {
     // Unfiltered chunks become byte runs gathered across chunks, so neighbours in the file
     // merge into large preads straight into the destination.
     std::vector<Run> runs;
-    std::vector<Want> wants;  // compressed chunks
+    std::vector<ChunkJob> jobs;  // chunks read whole through the decoded-chunk cache
     for_each_chunk(r, [&](const Shape& cc, uint64_t lin, const Region& sub) {
       DestView d = dst;
       for (size_t k = 0; k < sub.start.size(); ++k)
@@ -108,10 +123,16 @@ class ChunkedArray final : public DatasetArray {
         collect_runs(loc->addr, chunk_ext_, dtype().itemsize, in_chunk, d, runs);
         return;
       }
-      wants.push_back(Want{cc, lin, *loc, in_chunk, d, reaches_chunk_end(cc, in_chunk)});
+      jobs.push_back(job(cc, lin, *loc, plan.request, /*prefetch=*/false));
+      jobs.back().deliver = [this, in_chunk, d, key = jobs.back().key, to_end = reaches_chunk_end(cc, in_chunk)](
+                                const ChunkBytes& bytes) {
+        copy_region(in_chunk.count, dtype().itemsize, bytes->data() + offset_in_chunk(in_chunk.start),
+                    c_strides(chunk_ext_, dtype().itemsize), d.base, d.strides);
+        if (to_end) engine_.cache().consumed(key);  // a reader going forward is done with it
+      };
     });
-    plan_chunks(std::move(wants), plan, /*prefetch=*/false);
-    if (!runs.empty()) plan_runs(engine_, info_->file, st_.file_id, what_, runs, plan);
+    engine_.io().plan_chunks(source_, std::move(jobs), plan, /*prefetch=*/false);
+    if (!runs.empty()) engine_.io().plan_runs(source_, runs, plan);
     if (log::debug_enabled()) log::debug("read " + what_ + ": direct (chunked, " + info_->chunk_index + ")");
   }
 
@@ -139,7 +160,7 @@ class ChunkedArray final : public DatasetArray {
         out.resize(mark);
         return false;
       }
-      if (!fd) fd = engine_.fds().get(info_->file, &st_.file_id);
+      if (!fd) fd = engine_.io().storage().open(*source_);
       append_run(out, fd, loc->addr + in, n);
       pos += n;
     }
@@ -178,7 +199,7 @@ class ChunkedArray final : public DatasetArray {
     if (past) {
       uint64_t stored = 0;
       try {
-        stored = fmt::read_stored_end(*engine_.fds().get(info_->file, &st_.file_id));
+        stored = fmt::read_stored_end(*engine_.io().storage().open(*source_));
       } catch (const std::exception&) {
       }
       out = std::to_string(past) + " of " + std::to_string(ctx->map.allocated()) +
@@ -193,7 +214,7 @@ class ChunkedArray final : public DatasetArray {
     if (r.empty()) return;
     const ChunkContext& ctx = context();
     std::vector<Run> runs;  // chunks stored as they are read: read into the source's page cache
-    std::vector<Want> wants;
+    std::vector<ChunkJob> jobs;
     for_each_chunk(r, [&](const Shape& cc, uint64_t lin, const Region& sub) {
       const fmt::ChunkLoc* loc = ctx.map.find(lin);
       if (!loc || !chunk_ok(ctx, cc, lin, *loc)) return;
@@ -204,10 +225,10 @@ class ChunkedArray final : public DatasetArray {
         return;
       }
       if (engine_.cache().contains(ChunkKey{array_id_, lin})) return;
-      wants.push_back(Want{cc, lin, *loc, {}, {}, false});
+      jobs.push_back(job(cc, lin, *loc, plan.request, /*prefetch=*/true));
     });
-    plan_chunks(std::move(wants), plan, /*prefetch=*/true);
-    plan_readahead(engine_, info_->file, st_.file_id, what_, runs, plan);
+    engine_.io().plan_chunks(source_, std::move(jobs), plan, /*prefetch=*/true);
+    engine_.io().plan_readahead(source_, std::move(runs), plan);
   }
 
   // The chunk's run of C-order bytes around `off`: along the last axis the chunk does not span
@@ -263,8 +284,8 @@ class ChunkedArray final : public DatasetArray {
         if (chunk_bytes_ > kMaxChunkBytes)
           fail_data("chunks of more than " + std::to_string(kMaxChunkBytes) +
                     " bytes (libhdf5 writes none of 4 GiB or more): a damaged chunk shape");
-        auto fd = engine_.fds().get(info_->file, &st_.file_id);
-        const ParallelSource src(engine_, *fd);
+        auto fd = engine_.io().storage().open(*source_);
+        const ParallelSource src(engine_.io(), *fd);
         ctx->layout = fmt::read_layout(*fd, st_.geo, st_.ohdr_addr);
         Shape dims(info_->shape.data(), info_->shape.data() + ds_rank_);
         Shape maxdims(info_->maxshape.data(), info_->maxshape.data() + ds_rank_);
@@ -274,7 +295,7 @@ class ChunkedArray final : public DatasetArray {
         fmt::FileGeometry geo = st_.geo;
         geo.stored_end = fmt::read_stored_end(*fd);
         ctx->map = fmt::read_chunk_map(src, geo, ctx->layout, dims, maxdims, h5_elem_size, filtered_);
-        engine_.fds().recheck(info_->file, st_.file_id);
+        engine_.io().storage().recheck(*source_);
         if (ctx->map.beyond_extent)
           log::warn(what_ + ": chunk index: " + std::to_string(ctx->map.beyond_extent) +
                     " chunk record(s) beyond the current extent (inside the maximum one) ignored, as libhdf5 does");
@@ -377,7 +398,7 @@ class ChunkedArray final : public DatasetArray {
 
   // Chunks read whole into the decoded-chunk cache and copied out from there: compressed ones,
   // and (`narrow_`) unfiltered ones whose runs are shorter than the smallest request worth making
-  // (Engine::kMinRequest, the kernel's default read-ahead) and than the chunk. h5py's own chunk
+  // (SourceIo::kMinRequest, the kernel's default read-ahead) and than the chunk. h5py's own chunk
   // shape for 512x128 frames, (75, 32, 16), has runs of 32 bytes: a read of 8 frames read 8 KiB
   // of each of 128 chunks, the next read the next 8 KiB, 11,000 requests for a 157 MB array
   // where h5py, reading chunks whole, made 1,300 (cold, 0.5x its speed).
@@ -390,201 +411,20 @@ class ChunkedArray final : public DatasetArray {
     return off;
   }
 
-  // A compressed chunk a plan reads: where it is, and (for a reader; prefetch leaves them
-  // empty) the part of it wanted and where that goes.
-  struct Want {
-    Shape cc;
-    uint64_t lin = 0;
-    fmt::ChunkLoc loc;
-    Region in_chunk;
-    DestView d;
-    bool to_end = false;
-    uint64_t request = 0;  // the plan's request size (Engine::request_size); 0: one request
-  };
-
-  // Plans the compressed chunks of one read. Chunks that lie next to each other in the file (at
-  // most a page apart: alignment padding) are read with one source request, up to the read's
-  // request size (Engine::request_size: the read spread over the I/O depth) and at most
-  // Engine::kMaxScratchRequest; their decoding then fans out over the pool. A group whose bytes
-  // the source's page cache holds already costs no round trip, so its chunks are planned one by
-  // one (a merged group's decoding is a nested batch: on warm data those cost a wake-up and a
-  // context switch each, 0.86x the speed of per-chunk tasks). A chunk already decoded or being
-  // decoded is not read again.
-  void plan_chunks(std::vector<Want> wants, ReadPlan& plan, bool prefetch) const {
-    if (wants.empty()) return;
-    const uint64_t key = file_key(info_->file);
-    const uint64_t cap = std::min(plan.request, Engine::kMaxScratchRequest);
-    std::vector<Want> alone;
-    if (wants.size() > 1 && cap > 0) {
-      std::stable_sort(wants.begin(), wants.end(), [](const Want& a, const Want& b) { return a.loc.addr < b.loc.addr; });
-      std::vector<Want> group;
-      uint64_t lo = 0, hi = 0;
-      std::shared_ptr<const OpenFd> fd;
-      const auto cached = [&] {
-        try {
-          if (!fd) fd = engine_.fds().get(info_->file, &st_.file_id);
-          return source_resident(fd->fd(), lo, hi - lo);
-        } catch (const std::exception&) {
-          return false;  // the group's own read reports what is wrong
-        }
-      };
-      const auto flush = [&] {
-        if (group.size() == 1 || (group.size() > 1 && cached())) {
-          for (Want& w : group) alone.push_back(std::move(w));
-        } else if (!group.empty()) {
-          plan.add(group_task(std::move(group), prefetch), key);
-        }
-        group.clear();
-      };
-      for (Want& w : wants) {
-        const uint64_t end = w.loc.addr + w.loc.size;
-        const bool joins = !group.empty() && w.loc.addr >= hi && w.loc.addr - hi <= kMergeGap && end - lo <= cap &&
-                           !engine_.cache().contains(ChunkKey{array_id_, w.lin});
-        if (!joins) {
-          flush();
-          lo = w.loc.addr;
-        }
-        hi = end;
-        group.push_back(std::move(w));
-      }
-      flush();
-    } else {
-      alone = std::move(wants);
-    }
-    for (Want& w : alone) {
-      w.request = plan.request;  // a large chunk read alone is split over the depth as a run is
-      plan.add(chunk_task(std::move(w), prefetch), key);
-    }
-  }
-
-  // The task that reads (or finds cached, or waits for) one chunk and, for a reader, copies its
-  // part out.
-  std::function<void()> chunk_task(Want w, bool prefetch) const {
-    // A decode-ahead task runs when nobody waits for it: it holds the array.
+  // Chunk `cc` (number `lin`, stored at `loc`) as source I/O reads it: its cache entry, and its
+  // decoding (a reader's chunk takes the next CPU slot; `request`: the read's request size, in
+  // which a large chunk the page cache lacks is read in pieces). The caller adds the delivery.
+  ChunkJob job(const Shape& cc, uint64_t lin, const fmt::ChunkLoc& loc, uint64_t request, bool prefetch) const {
+    ChunkJob j;
+    j.addr = loc.addr;
+    j.size = loc.size;
+    j.key = ChunkKey{array_id_, lin};
+    // A decode-ahead job runs when nobody waits for it: it holds the array.
     std::shared_ptr<const DatasetArray> keep = prefetch ? weak_from_this().lock() : nullptr;
-    return [this, keep, w = std::move(w), prefetch] {
-      if (prefetch) {
-        try {
-          get_chunk(w.cc, w.lin, w.loc, false, w.request);
-          engine_.stats().chunks_prefetched.fetch_add(1, std::memory_order_relaxed);
-        } catch (const std::exception&) {
-          // The reader that asks for this chunk gets (and logs) the error.
-        }
-        return;
-      }
-      copy_out(w, get_chunk(w.cc, w.lin, w.loc, /*urgent=*/true, w.request));
+    j.decode = [this, keep, cc, loc, request, urgent = !prefetch](const uint8_t* stored) {
+      return decode(cc, loc, stored, urgent, request);
     };
-  }
-
-  // A reader's part of a decoded chunk, into its destination.
-  void copy_out(const Want& w, const ChunkBytes& bytes) const {
-    copy_region(w.in_chunk.count, dtype().itemsize, bytes->data() + offset_in_chunk(w.in_chunk.start),
-                c_strides(chunk_ext_, dtype().itemsize), w.d.base, w.d.strides);
-    if (w.to_end) engine_.cache().consumed(ChunkKey{array_id_, w.lin});
-  }
-
-  // One source request for chunks adjacent in the file, then their decoding on the pool. The
-  // group claims the chunks nobody has cached or is decoding (ChunkCache::claim) before its
-  // request, and reads only those: reads of them meanwhile wait for this group instead of
-  // reading them again (h5py's own chunk shape puts a frame in 128 chunks of 75 frames, so the
-  // kernel's concurrent read-ahead requests for neighbouring frames all wanted the same block:
-  // twice the file's bytes were read). When the request fails, each claimed chunk is read on
-  // its own, so the error names the chunk it is about. The claimed chunks are decoded in one
-  // batch before the group waits for any chunk another group claimed: a group never waits while
-  // holding claims, so two groups cannot wait for each other.
-  std::function<void()> group_task(std::vector<Want> group, bool prefetch) const {
-    std::shared_ptr<const DatasetArray> keep = prefetch ? weak_from_this().lock() : nullptr;
-    return [this, keep, group = std::move(group), prefetch]() mutable {
-      ChunkCache& cache = engine_.cache();
-      std::vector<ChunkCache::Claim> claims(group.size());
-      uint64_t lo = ~0ull, hi = 0;
-      size_t n = 0;
-      for (size_t i = 0; i < group.size(); ++i) {
-        claims[i] = cache.claim(ChunkKey{array_id_, group[i].lin});
-        if (!claims[i]) continue;
-        lo = std::min(lo, group[i].loc.addr);
-        hi = std::max(hi, group[i].loc.addr + group[i].loc.size);
-        ++n;
-      }
-      // Claims a task did not end (a batch that threw skips the tasks not started) fail, so
-      // that nobody waits for them forever.
-      struct Unclaim {
-        ChunkCache& cache;
-        std::vector<ChunkCache::Claim>& claims;
-        const std::vector<Want>& group;
-        uint64_t id;
-        ~Unclaim() {
-          for (size_t i = 0; i < claims.size(); ++i)
-            if (claims[i])
-              cache.fail(ChunkKey{id, group[i].lin}, claims[i],
-                         std::make_exception_ptr(Error(EIO, "chunk not decoded: its merged request ended early")));
-        }
-      } unclaim{cache, claims, group, array_id_};
-      std::shared_ptr<std::vector<uint8_t>> stored;
-      if (n > 1) {
-        try {
-          check_in_file(st_.file_id, info_->file, lo, hi - lo, what_ + ": chunks");
-          // A recycled buffer of the pool (a fresh zeroed one cost a page fault and a memset per
-          // 4 KiB, a tenth of the daemon's CPU on a cold deflate read): groups are at most
-          // kMaxScratchRequest, so one pooled size serves them all.
-          auto buf = engine_.buffers().get(std::max<uint64_t>(hi - lo, Engine::kMaxScratchRequest));
-          auto fd = engine_.fds().get(info_->file, &st_.file_id);
-          engine_.source_read(fd->fd(), buf->data(), hi - lo, lo, info_->file);
-          engine_.fds().recheck(info_->file, st_.file_id);
-          engine_.stats().merged_requests.fetch_add(1, std::memory_order_relaxed);
-          stored = std::move(buf);
-        } catch (const std::exception&) {
-          stored.reset();  // each chunk reads (and names) itself
-        }
-      }
-      std::vector<std::function<void()>> mine, others;
-      for (size_t i = 0; i < group.size(); ++i) {
-        Want& w = group[i];
-        if (!claims[i]) {
-          if (!prefetch) others.push_back(chunk_task(std::move(w), false));
-          continue;
-        }
-        const bool in_buf = stored && w.loc.addr >= lo && w.loc.addr + w.loc.size <= hi;
-        const uint8_t* src = in_buf ? stored->data() + (w.loc.addr - lo) : nullptr;
-        mine.push_back([this, &w, &claim = claims[i], src, prefetch] {
-          const ChunkKey key{array_id_, w.lin};
-          ChunkBytes bytes;
-          try {
-            bytes = decode(w.cc, w.loc, src, !prefetch, w.request);
-          } catch (...) {
-            engine_.cache().fail(key, claim, std::current_exception());
-            claim.reset();
-            if (prefetch) return;  // the reader that asks for this chunk gets (and logs) the error
-            throw;
-          }
-          engine_.cache().fulfill(key, claim, bytes);
-          claim.reset();
-          engine_.stats().cache_misses.fetch_add(1, std::memory_order_relaxed);
-          if (prefetch)
-            engine_.stats().chunks_prefetched.fetch_add(1, std::memory_order_relaxed);
-          else
-            copy_out(w, bytes);
-        });
-      }
-      engine_.pool().run_all(mine, file_key(info_->file));
-      if (!others.empty()) engine_.pool().run_all(others, file_key(info_->file));
-    };
-  }
-
-  // Stored chunks at most this far apart are read with one request: HDF5 aligns chunks to at
-  // most a page when asked to (H5Pset_alignment), and a page more costs a store nothing.
-  static constexpr uint64_t kMergeGap = 4096;
-  static constexpr uint64_t kKeepStored = 4ull << 20;
-
-  // `urgent`: a reader waits for this chunk (not decode-ahead): it takes the next CPU slot.
-  // `request`: the size of one source request for its stored bytes (0: one request for all).
-  ChunkBytes get_chunk(const Shape& cc, uint64_t lin, const fmt::ChunkLoc& loc, bool urgent = false,
-                       uint64_t request = 0) const {
-    bool hit = false;
-    ChunkBytes b =
-        engine_.cache().get_or_load(ChunkKey{array_id_, lin}, [&] { return decode(cc, loc, nullptr, urgent, request); }, &hit);
-    (hit ? engine_.stats().cache_hits : engine_.stats().cache_misses).fetch_add(1, std::memory_order_relaxed);
-    return b;
+    return j;
   }
 
   // Reads (unless `stored` holds its bytes already) and decodes one chunk; the decoding holds
@@ -593,52 +433,41 @@ class ChunkedArray final : public DatasetArray {
                     uint64_t request) const {
     try {
       if (loc.size > (uint64_t(1) << 34)) fail_data("stored chunk size " + std::to_string(loc.size) + " is implausible");
-      const auto t0 = std::chrono::steady_clock::now();
+      DecodeTimes times(engine_.stats(), chunk_bytes_);
+      // Each pool worker keeps its stored-chunk buffer (fresh pages cost a fault and a zeroed
+      // page each on every read otherwise), up to kKeepStored: the pool has many workers.
       thread_local std::vector<uint8_t> in;
+      struct Trim {
+        ~Trim() {
+          if (in.capacity() > kKeepStored) std::vector<uint8_t>().swap(in);
+        }
+      } trim;
       if (!stored) {
         in.resize(loc.size);
-        auto fd = engine_.fds().get(info_->file, &st_.file_id);
-        if (request)
-          engine_.source_read_split(fd->fd(), in.data(), loc.size, loc.addr, info_->file, request,
-                                    file_key(info_->file));
-        else
-          engine_.source_read(fd->fd(), in.data(), loc.size, loc.addr, info_->file);
-        engine_.fds().recheck(info_->file, st_.file_id);
+        engine_.io().read_stored(*source_, in.data(), loc.size, loc.addr, request);
       }
-      const auto t1 = std::chrono::steady_clock::now();
+      times.read();
       auto out = engine_.buffers().get(chunk_bytes_);
-      std::chrono::steady_clock::time_point t_slot;
       if (!needs_decode(cc, loc)) {  // a narrow chunk stored as it is read: its bytes as they are
         if (loc.size != chunk_bytes_)
           fail_data("stored unfiltered in " + std::to_string(loc.size) + " bytes, but the chunk holds " +
                     std::to_string(chunk_bytes_));
         out->resize(chunk_bytes_);
         std::memcpy(out->data(), stored ? stored : in.data(), chunk_bytes_);
-        t_slot = std::chrono::steady_clock::now();
+        times.slot();
       } else {
         CpuGate::Slot cpu(engine_.cpu(), urgent);
-        t_slot = std::chrono::steady_clock::now();
+        times.slot();
         if (stored)  // decoded from the merged request's buffer, not copied out of it first
           decode_chunk(info_->filters, loc.filter_mask, info_->dtype.itemsize, stored, loc.size, chunk_bytes_, *out);
         else
           decode_chunk(info_->filters, loc.filter_mask, info_->dtype.itemsize, in, chunk_bytes_, *out);
       }
-      engine_.stats().chunks_decoded.fetch_add(1, std::memory_order_relaxed);
-      engine_.stats().bytes_decoded.fetch_add(chunk_bytes_, std::memory_order_relaxed);
-      // The CPU time of decoding (inside the slot: with many I/O workers, the time waiting for
-      // the source or for a slot says nothing about the cores).
-      const auto t2 = std::chrono::steady_clock::now();
-      engine_.stats().decode_ns.fetch_add(
-          uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t2 - t_slot).count()), std::memory_order_relaxed);
+      times.decoded();
       if (log::debug_enabled())
         log::debug("chunk " + coords_str(cc) + " of " + what_ + ": " +
-                   (stored ? std::string("in a merged request") :
-                             "read in " + std::to_string(std::chrono::duration<double, std::milli>(t1 - t0).count()) + " ms") +
-                   ", decoded in " + std::to_string(std::chrono::duration<double, std::milli>(t2 - t1).count()) +
-                   " ms (waiting for a CPU slot included)");
-      // Each pool worker keeps its stored-chunk buffer (fresh pages cost a fault and a zeroed
-      // page each on every read otherwise), up to kKeepStored: the pool has many workers.
-      if (in.capacity() > kKeepStored) std::vector<uint8_t>().swap(in);
+                   (stored ? std::string("in a merged request") : "read in " + times.read_ms() + " ms") +
+                   ", decoded in " + times.decode_ms() + " ms (waiting for a CPU slot included)");
       return out;
     } catch (...) {
       rethrow_with_context(what_ + ": chunk " + coords_str(cc) + " at file offset " + std::to_string(loc.addr) +
@@ -646,6 +475,8 @@ class ChunkedArray final : public DatasetArray {
                            Place{info_->file, info_->path, coords_str(cc)});
     }
   }
+
+  static constexpr uint64_t kKeepStored = 4ull << 20;
 
   // HDF5 chunks are below 4 GiB (H5Pset_chunk; the v1 B-tree stores their size in 32 bits).
   static constexpr uint64_t kMaxChunkBytes = (uint64_t(1) << 32) - 1;

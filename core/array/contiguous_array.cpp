@@ -28,7 +28,7 @@ class ContiguousArray final : public DatasetArray {
  public:
   ContiguousArray(Engine& e, std::shared_ptr<const DatasetInfo> info, uint64_t addr, uint64_t stored,
                   const FileIdentity& id)
-      : DatasetArray(e, std::move(info)), addr_(addr), stored_(stored), file_id_(id) {}
+      : DatasetArray(e, std::move(info), id), addr_(addr), stored_(stored), file_id_(id) {}
 
   void plan(const Region& r, const DestView& dst, ReadPlan& plan) const override {
     if (r.empty()) return;
@@ -49,7 +49,7 @@ class ContiguousArray final : public DatasetArray {
       rethrow_at(Place{info_->file, info_->path, ""});
     }
     if (log::debug_enabled()) log::debug("read " + what_ + ": direct (contiguous)");
-    plan_runs(engine_, info_->file, file_id_, what_, runs, plan);
+    engine_.io().plan_runs(source_, runs, plan);
   }
 
   // C order is file order: bytes [off, off + len) are the file's bytes at addr + off.
@@ -57,7 +57,7 @@ class ContiguousArray final : public DatasetArray {
     if (addr_ == fmt::kUndefAddr || nbytes() > stored_ || off > nbytes() || len > nbytes() - off) return false;
     const uint64_t size = static_cast<uint64_t>(file_id_.size);
     if (file_id_.ino == 0 || addr_ > size || off + len > size - addr_) return false;  // the read says why
-    append_run(out, engine_.fds().get(info_->file, &file_id_), addr_ + off, len);
+    append_run(out, engine_.io().storage().open(*source_), addr_ + off, len);
     return true;
   }
 
@@ -81,8 +81,7 @@ class ContiguousArray final : public DatasetArray {
   void plan_prefetch(const Region& r, ReadPlan& plan) const override {
     if (r.empty() || addr_ == fmt::kUndefAddr) return;
     if (nbytes() > stored_) return;
-    std::vector<Run> runs{file_span(addr_, shape(), dtype().itemsize, r)};
-    plan_readahead(engine_, info_->file, file_id_, what_, runs, plan);
+    engine_.io().plan_readahead(source_, {file_span(addr_, shape(), dtype().itemsize, r)}, plan);
   }
 
  private:

@@ -9,6 +9,7 @@
 
 #include "core/engine/chunk_cache.h"
 #include "core/engine/engine.h"
+#include "core/engine/source_io.h"
 
 namespace h5d {
 
@@ -19,7 +20,7 @@ void run(Engine& engine, ReadPlan& plan) {
 
 void read_region(Engine& engine, const Array& a, const Region& r, const DestView& dst) {
   ReadPlan plan;
-  plan.request = engine.request_size(r.elements() * a.dtype().itemsize);
+  plan.request = engine.io().request_size(r.elements() * a.dtype().itemsize);
   a.plan(r, dst, plan);
   run(engine, plan);
 }
@@ -43,7 +44,7 @@ void read_bytes(Engine& engine, const Array& a, uint64_t off, uint64_t len, uint
   if (has_tail) tail.resize(E);
 
   ReadPlan plan;
-  plan.request = engine.request_size(len);
+  plan.request = engine.io().request_size(len);
   auto plan_elems = [&](uint64_t e0, uint64_t e1, uint8_t* base_for_e0) {
     for_each_region_in_range(shape, e0, e1, [&](const Region& r) {
       uint64_t flat = 0;
@@ -111,7 +112,7 @@ void prefetch_bytes(Engine& engine, const Array& a, uint64_t off, uint64_t len, 
   const uint64_t E = a.dtype().itemsize;
   const uint64_t end = off + len;
   ReadPlan plan;
-  plan.request = engine.request_size(len);
+  plan.request = engine.io().request_size(len);
   const auto plan_range = [&](uint64_t lo, uint64_t hi) {
     for_each_region_in_range(a.shape(), lo / E, (hi + E - 1) / E, [&](const Region& r) { a.plan_prefetch(r, plan); });
   };

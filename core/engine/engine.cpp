@@ -14,6 +14,7 @@
 #include "core/engine/chunk_cache.h"
 #include "core/error.h"
 #include "core/engine/fd_cache.h"
+#include "core/engine/source_io.h"
 #include "core/log.h"
 
 namespace h5d {
@@ -68,6 +69,8 @@ Engine::Engine(EngineOptions opts) : opts_(opts) {
   // each size in use kept touched ahead.
   buffers_ = std::make_unique<BufferPool>(std::min<uint64_t>(opts_.cache_bytes / 8, 64ull << 20),
                                           4ull << 20);
+  storage_ = std::make_unique<FdStorage>(*fds_);
+  io_ = std::make_unique<SourceIo>(*this, *storage_);
 }
 
 Engine::~Engine() {
@@ -75,78 +78,5 @@ Engine::~Engine() {
   pool_.reset();
 }
 
-uint64_t Engine::request_size(uint64_t bytes) const {
-  return std::clamp<uint64_t>(bytes / std::max(1u, opts_.io_depth), kMinRequest, kMaxRequest);
-}
-
-uint64_t Engine::request_end(uint64_t at, uint64_t piece, uint64_t end) {
-  constexpr uint64_t a = kMinRequest;
-  if (end <= at) return end;
-  piece = std::max(a, (piece + a / 2) / a * a);
-  const uint64_t cut = (at + piece) / a * a;  // > at, since piece >= a
-  return cut >= end || end - cut < a ? end : cut;
-}
-
-void Engine::source_read(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what) {
-  counted_read(fd, buf, n, off, what, !source_resident(fd, off, n));
-}
-
-void Engine::source_read_split(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what,
-                               uint64_t piece, uint64_t key) {
-  piece = std::max(piece, kMinRequest);
-  const bool cold = !source_resident(fd, off, n);
-  if (n <= piece || !cold) {
-    counted_read(fd, buf, n, off, what, cold);
-    return;
-  }
-  const uint64_t count = (n + piece - 1) / piece;
-  const uint64_t each = (n + count - 1) / count;  // about equal
-  std::vector<std::function<void()>> tasks;
-  auto* out = static_cast<uint8_t*>(buf);
-  for (uint64_t at = off; at < off + n;) {
-    const uint64_t cut = request_end(at, each, off + n);
-    tasks.push_back([this, fd, dst = out + (at - off), len = cut - at, at, &what] {
-      counted_read(fd, dst, len, at, what, /*cold=*/true);
-    });
-    at = cut;
-  }
-  pool_->run_all(tasks, key);
-}
-
-bool Engine::read_into_page_cache(int fd, uint64_t off, uint64_t n, const std::string& what, ReadKind kind) {
-  if (n == 0 || source_resident(fd, off, n)) return false;
-  thread_local std::vector<uint8_t> scratch;  // at most kMaxScratchRequest per worker
-  if (scratch.size() < n) scratch.resize(n);
-  counted_read(fd, scratch.data(), n, off, what, /*cold=*/true, kind);
-  return true;
-}
-
-void Engine::counted_read(int fd, void* buf, uint64_t n, uint64_t off, const std::string& what, bool cold,
-                          ReadKind kind) {
-  const uint64_t now = stats_.source_in_flight.fetch_add(1, std::memory_order_relaxed) + 1;
-  uint64_t max = stats_.source_in_flight_max.load(std::memory_order_relaxed);
-  while (now > max && !stats_.source_in_flight_max.compare_exchange_weak(max, now, std::memory_order_relaxed)) {
-  }
-  struct Done {
-    std::atomic<uint64_t>& c;
-    ~Done() { c.fetch_sub(1, std::memory_order_relaxed); }
-  } done{stats_.source_in_flight};
-  const bool dbg = log::debug_enabled();
-  const auto t0 = dbg ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-  {
-    // A read the page cache cannot answer waits for the storage: another worker may start
-    // meanwhile (that is the I/O depth). One it can answer is a copy: the worker keeps its place.
-    std::optional<ThreadPool::Waiting> waiting;
-    if (cold) waiting.emplace();
-    pread_exact(fd, buf, n, off, what);
-  }
-  stats_.source_requests.fetch_add(1, std::memory_order_relaxed);
-  (kind == ReadKind::ReadAhead ? stats_.readahead_bytes : stats_.bytes_pread).fetch_add(n, std::memory_order_relaxed);
-  if (dbg) {
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    log::debug("source read " + what + " at " + std::to_string(off) + " (" + std::to_string(n) + " bytes): " +
-               std::to_string(ms) + " ms, " + std::to_string(now) + " in flight");
-  }
-}
 
 }  // namespace h5d

@@ -22,7 +22,6 @@ CoreOptions small_opts() {
   CoreOptions o;
   o.threads = 3;
   o.cache_bytes = 8 << 20;
-  o.contiguous_split = 64 << 10;  // exercise split reads on small data
   return o;
 }
 

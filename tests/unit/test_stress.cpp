@@ -112,7 +112,6 @@ TEST_CASE("many threads reading overlapping random ranges with tiny caches match
   o.threads = 4;
   o.cache_bytes = 64 << 10;  // a few chunks: constant eviction
   o.max_open_files = 3;      // descriptors and HDF5 handles evicted and reopened under readers
-  o.contiguous_split = 64 << 10;
   TestCore e(o);
   const char* env = std::getenv("H5D_STRESS_SECONDS");
   const double seconds = env ? std::atof(env) : 3.0;

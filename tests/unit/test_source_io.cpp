@@ -17,6 +17,7 @@
 
 #include "core/engine/engine.h"
 #include "core/engine/fd_cache.h"
+#include "core/engine/source_io.h"
 #include "core/engine/threadpool.h"
 #include "core/h5lib/h5file.h"
 #include "tests/support/h5fixture.h"
@@ -30,14 +31,14 @@ TEST_CASE("a source request is the read spread over the I/O depth, within its bo
   o.threads = 2;
   o.io_depth = 32;
   TestCore e(o);
-  CHECK(e.request_size(0) == Engine::kMinRequest);                       // never below a read-ahead window
-  CHECK(e.request_size(64ull << 20) == (2ull << 20));                     // 64 MiB over 32: one wave of 2 MiB
-  CHECK(e.request_size(uint64_t(32) << 40) == Engine::kMaxRequest);       // never above what GPFS overlaps
+  CHECK(e.io().request_size(0) == SourceIo::kMinRequest);                       // never below a read-ahead window
+  CHECK(e.io().request_size(64ull << 20) == (2ull << 20));                     // 64 MiB over 32: one wave of 2 MiB
+  CHECK(e.io().request_size(uint64_t(32) << 40) == SourceIo::kMaxRequest);       // never above what GPFS overlaps
   CoreOptions one = o;
   one.io_depth = 1;
   TestCore e1(one);
-  CHECK(e1.request_size(8ull << 20) == (8ull << 20));                     // depth 1: the read in one request
-  CHECK(e1.request_size(1ull << 30) == Engine::kMaxRequest);
+  CHECK(e1.io().request_size(8ull << 20) == (8ull << 20));                     // depth 1: the read in one request
+  CHECK(e1.io().request_size(1ull << 30) == SourceIo::kMaxRequest);
 }
 
 TEST_CASE("a file's tasks hold at most their share of the pool; another file's run meanwhile", "[core][io]") {
@@ -166,14 +167,14 @@ struct FullReads {
 }  // namespace
 
 TEST_CASE("a source request ends on a multiple of the smallest request, or where its range ends", "[core][io]") {
-  constexpr uint64_t a = Engine::kMinRequest;
-  CHECK(Engine::request_end(0, a, 1ull << 20) == a);
-  CHECK(Engine::request_end(4536, 153000, 10ull << 20) == a);           // 153 KB: one block, to its end
-  CHECK(Engine::request_end(a, 300000, 10ull << 20) == 3 * a);          // 300 KB: two blocks
-  CHECK(Engine::request_end(a + 7, 1ull << 20, 10ull << 20) == 9 * a);  // 1 MiB: 8 blocks, ending on one
-  CHECK(Engine::request_end(0, a, a + 1000) == a + 1000);               // less than a block left: taken along
-  CHECK(Engine::request_end(100, 1ull << 20, 5000) == 5000);            // the range ends first
-  CHECK(Engine::request_end(5000, a, 5000) == 5000);                    // nothing left
+  constexpr uint64_t a = SourceIo::kMinRequest;
+  CHECK(SourceIo::request_end(0, a, 1ull << 20) == a);
+  CHECK(SourceIo::request_end(4536, 153000, 10ull << 20) == a);           // 153 KB: one block, to its end
+  CHECK(SourceIo::request_end(a, 300000, 10ull << 20) == 3 * a);          // 300 KB: two blocks
+  CHECK(SourceIo::request_end(a + 7, 1ull << 20, 10ull << 20) == 9 * a);  // 1 MiB: 8 blocks, ending on one
+  CHECK(SourceIo::request_end(0, a, a + 1000) == a + 1000);               // less than a block left: taken along
+  CHECK(SourceIo::request_end(100, 1ull << 20, 5000) == 5000);            // the range ends first
+  CHECK(SourceIo::request_end(5000, a, 5000) == 5000);                    // nothing left
   // Cutting any range into pieces: contiguous, every cut but the last on a multiple, at most
   // one piece more than whole blocks of the piece size would take.
   std::mt19937_64 rng(5);
@@ -183,7 +184,7 @@ TEST_CASE("a source request ends on a multiple of the smallest request, or where
     const uint64_t blocks = std::max<uint64_t>(1, (piece + a / 2) / a);
     uint64_t at = off, n = 0;
     while (at < end) {
-      const uint64_t cut = Engine::request_end(at, piece, end);
+      const uint64_t cut = SourceIo::request_end(at, piece, end);
       REQUIRE(cut > at);
       REQUIRE(cut <= end);
       if (cut != end) {
@@ -202,7 +203,7 @@ TEST_CASE("read-ahead of data stored as it is read asks for whole blocks of the 
   // A contiguous dataset, whose data lie at an offset of the file that is no multiple of 128 KiB
   // (after its metadata), read ahead in two windows that end at no such multiple either: each
   // window's requests reach the blocks it touches in whole, so the stream's next window starts
-  // with a block already read and its own requests start on a multiple (Engine::request_end).
+  // with a block already read and its own requests start on a multiple (SourceIo::request_end).
   const std::string path = contiguous_u16("io_readahead_blocks.h5", {1024, 2048}, 4);  // 4 MiB
   uint64_t data_at = 0;
   {
@@ -214,7 +215,7 @@ TEST_CASE("read-ahead of data stored as it is read asks for whole blocks of the 
     H5Dclose(ds);
     H5Fclose(file);
   }
-  constexpr uint64_t a = Engine::kMinRequest;
+  constexpr uint64_t a = SourceIo::kMinRequest;
   REQUIRE(data_at % a != 0);
   const uint64_t w1 = 1234567, w2 = 2345678;  // data bytes [0, w1), then [w1, w2)
   const auto down = [&](uint64_t x) { return x / a * a; };
@@ -278,27 +279,27 @@ TEST_CASE("bytes read into the page cache count as read-ahead or data, once, and
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   REQUIRE(fd >= 0);
   REQUIRE(::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM) == 0);  // the kernel reads no more than asked
+  const OpenFd file(fd, path, current_identity(path));  // closes fd
   CoreOptions o;
   o.threads = 2;
   TestCore e(o);
   Stats& st = e.stats();
   const uint64_t piece = 256 << 10;
   REQUIRE_FALSE(source_resident(fd, 0, piece));  // the oracle: the kernel's own residency answer
-  CHECK(e.read_into_page_cache(fd, 0, piece, "t", Engine::ReadKind::ReadAhead));
+  CHECK(e.io().read_into_page_cache(file, 0, piece, SourceIo::Kind::ReadAhead));
   CHECK(source_resident(fd, 0, piece));
   CHECK(st.readahead_bytes.load() == piece);
   CHECK(st.bytes_pread.load() == 0);
   CHECK(st.source_requests.load() == 1);
   // Cached now: no request, nothing counted.
-  CHECK_FALSE(e.read_into_page_cache(fd, 0, piece, "t", Engine::ReadKind::ReadAhead));
+  CHECK_FALSE(e.io().read_into_page_cache(file, 0, piece, SourceIo::Kind::ReadAhead));
   CHECK(st.source_requests.load() == 1);
   // A hint of the data path (the chunk index) counts as data.
   REQUIRE_FALSE(source_resident(fd, 3 * piece, piece));
-  CHECK(e.read_into_page_cache(fd, 3 * piece, piece, "t", Engine::ReadKind::Data));
+  CHECK(e.io().read_into_page_cache(file, 3 * piece, piece, SourceIo::Kind::Data));
   CHECK(st.bytes_pread.load() == piece);
   CHECK(st.readahead_bytes.load() == piece);
   CHECK(st.source_requests.load() == 2);
-  ::close(fd);
 }
 
 TEST_CASE("the pool grows beyond its CPU places only for workers waiting on the storage", "[core][io]") {
@@ -340,7 +341,7 @@ TEST_CASE("the pool grows beyond its CPU places only for workers waiting on the 
   std::condition_variable cv;
   int waiting = 0, most = 0;
   std::vector<std::function<void()>> reads(16, [&] {
-    ThreadPool::Waiting w;  // as Engine::counted_read marks a read the page cache cannot answer
+    ThreadPool::Waiting w;  // as SourceIo::read marks a read the page cache cannot answer
     std::unique_lock<std::mutex> lk(mu);
     most = std::max(most, ++waiting);
     cv.notify_all();
@@ -359,7 +360,7 @@ TEST_CASE("a large compressed chunk read cold is split into requests over the de
   CHECK(r.same());
   CHECK(whole == 4);
   const uint64_t stored = r.st->bytes_pread.load();
-  REQUIRE(stored > 4 * Engine::kMinRequest);  // each chunk larger than the smallest request
+  REQUIRE(stored > 4 * SourceIo::kMinRequest);  // each chunk larger than the smallest request
   // Depth 32: 4 MiB over 32 is below 128 KiB, so each chunk is read in pieces of about that.
   const uint64_t split = r.requests(32);
   CHECK(r.same());
@@ -368,7 +369,7 @@ TEST_CASE("a large compressed chunk read cold is split into requests over the de
   // kernel's own read-ahead of one piece may bring a neighbouring chunk in whole first: that
   // one is then read as one request, cached).
   CHECK(split > whole);
-  CHECK(split <= stored / Engine::kMinRequest + 4);
+  CHECK(split <= stored / SourceIo::kMinRequest + 4);
   // Cached: no round trip to save, one request a chunk. (Tried again when memory pressure from
   // tests running beside it evicted some of the file meanwhile.)
   bool one_each = false;
