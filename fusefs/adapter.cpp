@@ -20,31 +20,6 @@
 
 namespace h5d::fusefs {
 
-void ReadsInFlight::add(uint64_t ino, uint64_t off, uint64_t end) {
-  std::lock_guard<std::mutex> lk(mu_);
-  reads_.push_back({ino, off, end});
-}
-
-void ReadsInFlight::remove(uint64_t ino, uint64_t off, uint64_t end) {
-  std::lock_guard<std::mutex> lk(mu_);
-  for (size_t i = 0; i < reads_.size(); ++i) {
-    if (reads_[i].ino == ino && reads_[i].off == off && reads_[i].end == end) {
-      reads_[i] = reads_.back();
-      reads_.pop_back();
-      return;
-    }
-  }
-}
-
-uint64_t ReadsInFlight::clip(uint64_t ino, uint64_t from, uint64_t to) {
-  std::lock_guard<std::mutex> lk(mu_);
-  for (const R& r : reads_) {
-    if (r.ino != ino || r.end <= from || r.off >= to) continue;
-    to = std::max(from, std::min(to, r.off));
-  }
-  return to;
-}
-
 void PerFileReadahead::enable(unsigned now_kb, std::function<void(unsigned)> set) {
   std::lock_guard<std::mutex> lk(mu_);
   now_ = now_kb;
@@ -80,21 +55,6 @@ bool RepeatedFailures::repeat(uint64_t ino, int err, const Place& place, const s
   if (seen_.size() >= kKeep) seen_.erase(seen_.begin());
   seen_.push_back({ino, err, what, now});
   return false;
-}
-
-std::vector<char> PushBuffers::take() {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (free_.empty()) return {};
-  std::vector<char> b = std::move(free_.back());
-  free_.pop_back();
-  return b;
-}
-
-void PushBuffers::give(std::vector<char>&& b) {
-  if (b.capacity() == 0 || b.capacity() > kKeepBytes) return;
-  b.clear();
-  std::lock_guard<std::mutex> lk(mu_);
-  if (free_.size() < kKeep) free_.push_back(std::move(b));
 }
 
 void Handles::remove(const void* p) {
@@ -368,37 +328,16 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   });
 }
 
-// Copies range `r` of `f` (pages a read made worth pushing: OpenFile::Pushes) into `out`,
-// leaving out pages of reads in flight (a push waits on pages a read holds locked). Done while
-// the request is in flight: the open file may be released once it is answered. Returns the
-// file offset of `out` (empty: nothing to push).
-uint64_t copy_for_push(Context& c, fuse_ino_t ino, vfs::OpenFile& f, vfs::OpenFile::Range r, std::vector<char>& out) {
-  out.clear();
-  if (r.len == 0) return 0;
-  const uint64_t to = c.reads.clip(ino, r.off, r.off + r.len);
-  if (to <= r.off) return 0;
-  try {
-    out.resize(to - r.off);
-    out.resize(f.read_for_push(r.off, to - r.off, out.data()));
-  } catch (const std::exception& e) {
-    out.clear();
-    log::debug(std::string("push skipped: ") + e.what());  // the reader's own read reports errors
-  }
-  return r.off;
-}
-
-// Pushes bytes into the page cache (notify_store). Best effort: a failure only means the kernel
-// asks for the pages itself. Never through a pipe: with splicing wanted (spliced replies),
-// libfuse would otherwise copy a buffer of 8 KiB and more into a pipe and splice that, a copy
-// and a pipe page allocation per page more than one writev (docs/benchmarks.md, "What each
-// mechanism buys").
-void push_bytes(Context& c, fuse_ino_t ino, uint64_t off, std::vector<char>& bytes) {
-  if (bytes.empty()) return;
-  fuse_bufvec bv = FUSE_BUFVEC_INIT(bytes.size());
-  bv.buf[0].mem = bytes.data();
+// Pushes bytes into the page cache (notify_store); whether the kernel took them. Never through a
+// pipe: with splicing wanted (spliced replies), libfuse would otherwise copy a buffer of 8 KiB and
+// more into a pipe and splice that, a copy and a pipe page allocation per page more than one
+// writev (docs/benchmarks.md, "What each mechanism buys").
+bool push_bytes(Context& c, fuse_ino_t ino, uint64_t off, const char* data, size_t n) {
+  fuse_bufvec bv = FUSE_BUFVEC_INIT(n);
+  bv.buf[0].mem = const_cast<char*>(data);
   const int rc = fuse_lowlevel_notify_store(c.se, ino, static_cast<off_t>(off), &bv, FUSE_BUF_NO_SPLICE);
-  if (rc == 0) c.vfs->note_pushed(bytes.size());
-  else if (log::debug_enabled()) log::debug("push of inode " + std::to_string(ino) + " failed: " + std::strerror(-rc));
+  if (rc != 0 && log::debug_enabled()) log::debug("push of inode " + std::to_string(ino) + " failed: " + std::strerror(-rc));
+  return rc == 0;
 }
 
 // Replies with the header bytes and the file runs of a spliced read: libfuse splices the runs
@@ -427,38 +366,20 @@ void reply_spliced(fuse_req_t req, const vfs::OpenFile::Spliced& sp) {
   if (rc != 0) log::debug(std::string("spliced reply failed: ") + std::strerror(-rc));
 }
 
+// Carries out vfs's answer (vfs/read_reply.h): its pushes, then one reply.
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
   guarded(req, "read", ino, [&] {
     thread_local std::vector<char> buf;
-    if (buf.size() < size) buf.resize(size);
     auto* f = reinterpret_cast<vfs::OpenFile*>(fi->fh);
     Context& c = ctx(req);
-    const uint64_t o = static_cast<uint64_t>(off);
-    struct InFlight {
-      ReadsInFlight& reads;
-      uint64_t ino, off, end;
-      ~InFlight() { reads.remove(ino, off, end); }
-    } in_flight{c.reads, ino, o, o + size};
-    c.reads.add(ino, o, o + size);
-    if (fs(req).may_splice(c.means, size)) {
-      vfs::OpenFile::Spliced sp;
-      if (fs(req).read_spliced(*f, o, size, splice_buffers(size), sp)) {
-        reply_spliced(req, sp);
-        return;
-      }
+    vfs::ReadReply r =
+        fs(req).answer_read(*f, ino, static_cast<uint64_t>(off), size, c.means, splice_buffers(size), buf);
+    if (r.spliced()) {
+      reply_spliced(req, r.splice());
+      return;
     }
-    vfs::OpenFile::Pushes pushes;
-    const size_t n = fs(req).read(*f, o, size, buf.data(), &pushes);
-    // Pushes (vfs/read_policy.h), all before the reply: the rest of the units this read decoded
-    // (the woken reader must find them there) and, in a stream, the decoded units ahead (pushed
-    // after the reply, they landed after the reader had asked for them: a request per unit
-    // instead of one per push, docs/benchmarks.md, "What each mechanism buys").
-    if (fs(req).may_push(c.means, size, n)) {
-      std::vector<char> near = c.push_buffers.take();
-      for (const vfs::OpenFile::Range& r : pushes.ranges) push_bytes(c, ino, copy_for_push(c, ino, *f, r, near), near);
-      c.push_buffers.give(std::move(near));
-    }
-    fuse_reply_buf(req, buf.data(), n);
+    r.push([&](uint64_t at, const char* data, size_t n) { return push_bytes(c, ino, at, data, n); });
+    fuse_reply_buf(req, r.bytes(), r.size());
   });
 }
 

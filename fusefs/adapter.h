@@ -24,24 +24,6 @@
 
 namespace h5d::fusefs {
 
-// Byte ranges of the reads being served: a push into the page cache must not touch pages an
-// in-flight read holds locked (it would wait for that read's reply).
-class ReadsInFlight {
- public:
-  void add(uint64_t ino, uint64_t off, uint64_t end);
-  void remove(uint64_t ino, uint64_t off, uint64_t end);
-  // The end of the push [from, to) cut before the first in-flight read of `ino` it overlaps
-  // (from when one overlaps its start).
-  uint64_t clip(uint64_t ino, uint64_t from, uint64_t to);
-
- private:
-  struct R {
-    uint64_t ino, off, end;
-  };
-  std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards reads_
-  std::vector<R> reads_;
-};
-
 // A failed read is asked for again by the kernel: a read-ahead that fails is followed by a read
 // of the page the reader waits on, and a mapping's fault tries its page two or three times, each
 // failing on the same chunk. To the reader that is one failure: it is reported once (an error line,
@@ -64,21 +46,6 @@ class RepeatedFailures {
   };
   std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards seen_
   std::vector<Seen> seen_;
-};
-
-// Buffers that pushes copy bytes into before notify_store. A few are kept for reuse (fresh memory
-// costs page faults and zeroing at every push); the rest are freed, so that every FUSE thread
-// does not keep its own copy of the largest push it ever made (the daemon's memory bound).
-class PushBuffers {
- public:
-  static constexpr size_t kKeep = 4;                   // buffers kept: the streams served at once
-  static constexpr size_t kKeepBytes = size_t(2) << 20;  // larger ones are never kept
-  std::vector<char> take();
-  void give(std::vector<char>&& b);
-
- private:
-  std::mutex mu_;  // lock level 5 (docs/architecture.md), a leaf; guards free_
-  std::vector<std::vector<char>> free_;
 };
 
 // The file and directory handles libfuse holds (fi->fh), owned here. A handle the kernel never
@@ -174,9 +141,7 @@ struct Context {
   vfs::ReplyMeans means;
   size_t max_read = 0;         // requests' largest size, when capped (daemon/mount.cpp); 0: the kernel's
   PerFileReadahead readahead;  // enabled by daemon/mount.cpp when the daemon can write sysfs
-  ReadsInFlight reads;
   RepeatedFailures read_failures;
-  PushBuffers push_buffers;
   Handles handles;  // cleared by daemon/mount.cpp when the session loop has ended
   Invalidator invalidator;  // the Vfs's listener; started and stopped by daemon/mount.cpp
   vfs::CacheTimeouts timeouts() const { return {opts.attr_timeout, opts.entry_timeout}; }

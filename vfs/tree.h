@@ -387,7 +387,7 @@ struct ProviderRequest {
 using ProviderFactory = std::function<std::unique_ptr<DirProvider>(const ProviderRequest&)>;
 
 // The mount's read figures (stats.json, metrics: Vfs::counters), each counted once, here in vfs:
-// where a data file's bytes are read or spliced (vfs/array_file.cpp) or pushed (Vfs::note_pushed).
+// where a data file's bytes are read or spliced (vfs/array_file.cpp) or pushed (ReadReply::push, vfs/read_reply.h).
 // core counts what it does to serve them (Engine::stats: decodes, source requests, caches), not
 // the reads themselves. Relaxed atomics: they are statistics, not state.
 struct ReadCounters {

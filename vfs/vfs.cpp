@@ -100,6 +100,8 @@ Vfs::Vfs(Engine& engine, H5Files& files, VfsOptions opts, const std::string& sou
     opts.exclude_path = ex;
   }
   ctx_.reset(new TreeContext{engine, files, opts, {}});
+  reply_shared_ = std::make_unique<ReadReply::Shared>();
+  reply_shared_->bytes_pushed = &ctx_->counters.bytes_pushed;
   NodeMeta ctl = with_perm(root_meta, 0555);
   const NodeMeta ctl_file = with_perm(root_meta, 0444);
   NodePtr control = make_dir_node(ctl, {{"stats.json", make_dynamic_file([this] { return render_stats(); }, ctl_file)},
@@ -326,14 +328,6 @@ Attr Vfs::truncate(uint64_t ino, uint64_t size) {
   return attr_of(*n);
 }
 
-size_t Vfs::read(OpenFile& file, uint64_t off, size_t size, char* buf, OpenFile::Pushes* pushes) {
-  return pushes ? file.read_pushing(off, size, buf, *pushes) : file.read(off, size, buf);
-}
-
-bool Vfs::read_spliced(OpenFile& file, uint64_t off, size_t size, size_t max_buffers, OpenFile::Spliced& out) {
-  return file.read_spliced(off, size, max_buffers, out);
-}
-
 std::string Vfs::readlink(uint64_t ino) {
   NodePtr n = node(ino);
   if (n->kind() != NodeKind::Symlink) fail(EINVAL, "not a symbolic link");
@@ -344,10 +338,6 @@ FsStats Vfs::statfs() {
   FsStats s;
   s.files = table_->size();
   return s;
-}
-
-void Vfs::note_pushed(uint64_t bytes) {
-  ctx_->counters.bytes_pushed.fetch_add(bytes, std::memory_order_relaxed);
 }
 
 void Vfs::note_error(int err) {

@@ -17,8 +17,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "vfs/vfs_options.h"
+#include "vfs/read_reply.h"
 #include "vfs/tree.h"
+#include "vfs/vfs_options.h"
 
 namespace h5d {
 class Engine;
@@ -107,10 +108,12 @@ class Vfs {
   // flags as open(2): anything but O_RDONLY gives Error(EROFS) (on rw mounts: files that cannot
   // be written give EROFS or EPERM); directories give EISDIR.
   std::unique_ptr<OpenFile> open(uint64_t ino, int flags, const Caller* who = nullptr);
-  // With `pushes`, also says which pages the read made worth pushing (OpenFile::read_pushing).
-  size_t read(OpenFile& file, uint64_t off, size_t size, char* buf, OpenFile::Pushes* pushes = nullptr);
-  // OpenFile::read_spliced; counted as a read of the bytes it names.
-  bool read_spliced(OpenFile& file, uint64_t off, size_t size, size_t max_buffers, OpenFile::Spliced& out);
+  // The answer to a read of `size` bytes at `off` of `file` (inode `ino`), for the adapter to
+  // carry out (vfs/read_reply.h): spliced where `means` allow it and the file's bytes are stored
+  // verbatim (in at most `splice_buffers` buffers), else read into `buf` (grown to `size`), with
+  // the pushes the read made worth doing. The read counts as in flight while the answer lives.
+  ReadReply answer_read(OpenFile& file, uint64_t ino, uint64_t off, size_t size, const ReplyMeans& means,
+                        size_t splice_buffers, std::vector<char>& buf);
 
   // ---- rw mounts (vfs/writable.h); all give Error(EROFS) on read-only mounts ----
   // Makes the mount writable: call before the first access. The writer outlives the Vfs.
@@ -138,8 +141,6 @@ class Vfs {
   bool may_splice(const ReplyMeans& means, size_t size) const;
   bool may_push(const ReplyMeans& means, size_t asked, size_t got) const;
 
-  // Bytes the adapter pushed into the page cache (stats.json bytes_pushed).
-  void note_pushed(uint64_t bytes);
   // Counts an error reply (for stats.json); the adapter calls it once per failed request.
   void note_error(int err);
   // The content of .h5direct/stats.json and of .h5direct/metrics (Prometheus text exposition
@@ -177,6 +178,7 @@ class Vfs {
   std::string source_;
   std::unique_ptr<TreeContext> ctx_;
   std::unique_ptr<InodeTable> table_;
+  std::unique_ptr<ReadReply::Shared> reply_shared_;  // reads in flight, push buffers
   std::mutex err_mu_;  // lock level 5 (docs/architecture.md), a leaf; guards errors_
   std::map<int, uint64_t> errors_;  // errno -> replies
   std::atomic<uint64_t> opens_{0};

@@ -36,7 +36,7 @@ std::string read_all(Vfs& fs, uint64_t ino) {
   std::string out;
   std::vector<char> buf(1 << 16);
   for (;;) {
-    const size_t n = fs.read(*f, out.size(), buf.size(), buf.data());
+    const size_t n = f->read(out.size(), buf.size(), buf.data());
     if (n == 0) break;
     out.append(buf.data(), n);
   }

@@ -463,7 +463,7 @@ TEST_CASE("Vfs over a directory: lazy, signature-based, read-only, control dir",
   auto f = fs.open(stats.ino, O_RDONLY);
   CHECK(f->direct_io);
   std::vector<char> buf(1 << 16);
-  const size_t n = fs.read(*f, 0, buf.size(), buf.data());
+  const size_t n = f->read(0, buf.size(), buf.data());
   const auto j = nlohmann::json::parse(std::string(buf.data(), n));
   CHECK(j.contains("bytes_served"));
   CHECK(j.contains("fallbacks"));
