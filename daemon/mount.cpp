@@ -2,12 +2,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <poll.h>
-#include <spawn.h>
 #include <sys/eventfd.h>
-#include <sys/mount.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -15,8 +11,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -27,7 +21,6 @@
 #include <memory>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "config/options.h"
@@ -41,6 +34,7 @@
 #include "core/log.h"
 #include "core/write/writer.h"
 #include "fusefs/adapter.h"
+#include "fusefs/session.h"
 #include "vfs/providers.h"
 #include "vfs/tree.h"
 #include "vfs/vfs.h"
@@ -354,126 +348,105 @@ std::string check_limits(config::MountOptions& m) {
   return {};
 }
 
-// ---- Signals ------------------------------------------------------------------------------------
-// SIGINT, SIGTERM, SIGHUP: with no file open, the loop ends and the mount goes (as libfuse's own
-// handlers do). With files open (a mapped file stays open until unmapped), the first signal
-// detaches the mount instead (lazy unmount, after saying so): the open files keep being served
-// until they are closed, then the kernel ends the session and the daemon exits. A second signal
-// ends the loop at once.
-std::atomic<fuse_session*> g_session{nullptr};
-std::atomic<int> g_signals{0};
-int g_signal_pipe[2] = {-1, -1};
-// The read helpers' stop descriptor (HelperOptions::stop_fd, an eventfd): a signal that ends the
-// loop writes it, so requests waiting on a helper (a hung libhdf5 call) end at once and the FUSE
-// loop, which joins its workers, ends within a moment rather than hdf5_timeout.
-int g_helpers_stop = -1;
-
-void stop_helpers() {
-  if (g_helpers_stop < 0) return;
-  const uint64_t one = 1;
-  if (::write(g_helpers_stop, &one, sizeof one) != sizeof one) {
-    // Already stopping (the counter is full) or closed: nothing more to do.
+// The libfuse options of the mount. Spliced replies must fit libfuse's pipe: with splicing,
+// requests are capped to what does (fusefs/adapter.h); `max_read` says to what (0: not capped).
+std::string fuse_options(const config::MountOptions& m, size_t& max_read) {
+  std::string o = std::string(m.vfs.writable ? "rw" : "ro") + ",default_permissions,fsname=" +
+                  escape_opt(m.fuse.fsname.empty() ? m.source : m.fuse.fsname) + ",subtype=" + escape_opt(m.fuse.subtype);
+  if (m.fuse.allow_other) o += ",allow_other";
+  if (m.fuse.allow_root) o += ",allow_root";
+  if (m.fuse.auto_unmount) o += ",auto_unmount";
+  max_read = 0;
+  if (m.fuse.splice && !m.vfs.writable && fusefs::splice_max_read() < (1u << 20)) {
+    max_read = fusefs::splice_max_read();
+    o += ",max_read=" + std::to_string(max_read);
   }
+  return o;
 }
 
-// The byte a second signal sends the watcher: end the process if the loop has not ended within
-// kStopGrace (its threads may wait on a source that never answers: data on tape, a hung server;
-// such a pread ends only with the process).
-constexpr char kArmStop = 1;
-constexpr auto kStopGrace = std::chrono::seconds(5);
-
-void on_signal(int sig) {
-  const int n = g_signals.fetch_add(1);
-  if (n == 0 && vfs::OpenFile::live() > 0) {
-    const char c = static_cast<char>(sig);
-    if (::write(g_signal_pipe[1], &c, 1) == 1) return;  // the watcher detaches the mount
-  }
-  if (fuse_session* se = g_session.load()) fuse_session_exit(se);
-  stop_helpers();
-  if (n >= 1) {
-    const char c = kArmStop;
-    if (::write(g_signal_pipe[1], &c, 1) != 1) {
-      // The watcher cannot hear: the loop ends as it can.
+// Into the background once the mount exists (only now may the caller be released), logging to
+// syslog unless -o log=FILE.
+void go_background(const config::MountOptions& m, fusefs::Session& session) {
+  if (!m.foreground) {
+    if (!g_log_file && !have_syslog()) {
+      log::warn("no syslog on this machine (/dev/log): the daemon's recent log lines are only in " + m.mountpoint +
+                "/.h5direct/log; use -o log=FILE to keep all of them (or -f to stay in the foreground)");
+    }
+    session.daemonize();
+    if (!g_log_file) {
+      ::openlog("h5direct", LOG_PID, LOG_DAEMON);
+      log::set_sink(syslog_sink);
     }
   }
+  if (g_log_file) log::set_sink(file_sink);
 }
 
-bool install_signal_handlers(fuse_session* se) {
-  if (::pipe2(g_signal_pipe, O_CLOEXEC) != 0) return false;
-  g_session = se;
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: the main thread's wait in the loop must see it
-  struct sigaction ign {};
-  ign.sa_handler = SIG_IGN;
-  sigemptyset(&ign.sa_mask);
-  return ::sigaction(SIGINT, &sa, nullptr) == 0 && ::sigaction(SIGTERM, &sa, nullptr) == 0 &&
-         ::sigaction(SIGHUP, &sa, nullptr) == 0 && ::sigaction(SIGPIPE, &ign, nullptr) == 0;
-}
-
-void remove_signal_handlers() {
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
-  g_session = nullptr;
-}
-
-// Detaches the mount (MNT_DETACH as root, fusermount3 -u -z otherwise).
-bool detach(const std::string& mnt) {
-  if (::umount2(mnt.c_str(), MNT_DETACH) == 0) return true;
-  pid_t pid;
-  const char* argv[] = {"fusermount3", "-u", "-z", "-q", "--", mnt.c_str(), nullptr};
-  if (::posix_spawnp(&pid, "fusermount3", nullptr, nullptr, const_cast<char* const*>(argv), environ) != 0) {
-    return false;
-  }
-  int st = 0;
-  return ::waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
-}
-
-// The thread that does what a signal handler cannot: say how many files are open, then detach.
-void signal_watcher(const std::string& mnt) {
-  char c;
-  while (true) {
-    const ssize_t n = ::read(g_signal_pipe[0], &c, 1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n != 1 || c == 0) return;  // closed, or told to stop
-    if (c == kArmStop) {
-      // A second signal: the loop is ending. Threads waiting on a source that never answers keep
-      // it from ending (the session joins its workers, the engine its pool); after kStopGrace
-      // the process ends with them, so SIGTERM always ends the daemon.
-      pollfd p{g_signal_pipe[0], POLLIN, 0};
-      const int ready = ::poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kStopGrace).count()));
-      if (ready > 0) {
-        char d;
-        if (::read(g_signal_pipe[0], &d, 1) == 1 && d == 0) return;  // ended in time
-        continue;
-      }
-      log::error("still stopping " + std::to_string(std::chrono::seconds(kStopGrace).count()) +
-                 " s after the second signal: some reads wait on a source that does not answer (data on "
-                 "tape, a hung server); ending the process");
-      ::_exit(1);
-    }
-    const int64_t open = vfs::OpenFile::live();
-    log::warn(std::string(strsignal(c)) + " with " + std::to_string(open) + " file" + (open == 1 ? "" : "s") +
-              " open or mapped under " + mnt + ": detaching the mount (lazy unmount). Readers of "
-              "open files keep reading until they close them; then the daemon exits. A second "
-              "signal stops it at once (readers then get ENOTCONN, mapped pages not yet read SIGBUS).");
-    if (detach(mnt)) {
-      log::info("detached " + mnt + "; serving the open files until they are closed");
-    } else {
-      log::error("cannot detach " + mnt + " (umount2 and fusermount3 -u -z failed): stopping now");
-      if (fuse_session* se = g_session.load()) fuse_session_exit(se);
-      stop_helpers();
-      ::kill(::getpid(), SIGTERM);  // wakes the loop's wait (counted as the second signal)
-    }
-  }
-}
-
-struct SessionDeleter {
-  void operator()(fuse_session* s) const { fuse_session_destroy(s); }
+// What the mount serves, in the order it is built; torn down in reverse by stop_serving.
+struct Served {
+  int helpers_stop = -1;  // the read helpers' stop eventfd (HelperOptions::stop_fd)
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<H5Files> files;   // destroyed after the Vfs and the writer, before the engine
+  std::unique_ptr<Writer> writer;   // rw mounts; destroyed after the Vfs, before the files
+  std::unique_ptr<vfs::Vfs> fs;
 };
+
+// Builds what the mount serves (Error or std::exception on failure). libhdf5 runs in helper
+// processes, never in the daemon (core/h5lib/h5helper.h).
+void start_serving(config::MountOptions& m, const SandboxPlan& sandbox, fusefs::Context& ctx,
+                   fusefs::Session& session, Served& s) {
+  m.helper.path = find_helper();
+  if (m.helper.path.empty())
+    throw std::runtime_error("h5direct-helper not found beside this program (nor in ../libexec/h5direct)");
+  m.helper.roots = {m.source};  // what the helpers may open (core/h5lib/broker.h)
+  // A signal that ends the loop writes it: requests waiting on a helper (a hung libhdf5 call)
+  // end at once, and the loop, which joins its workers, ends within a moment.
+  s.helpers_stop = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  m.helper.stop_fd = s.helpers_stop;
+  session.set_stop_fd(s.helpers_stop);
+  s.engine = std::make_unique<Engine>(m.engine);
+  s.files = std::make_unique<H5Files>(*s.engine, m.helper);
+  s.files->metadata().start();
+  if (m.helper.sandbox == SandboxMode::Off) {
+    log::warn("sandbox: off (-o sandbox=off, for debugging only): the helpers that run libhdf5 have the daemon's "
+              "rights, and a file crafted against libhdf5 runs its code with them");
+  } else {
+    log::info("sandbox: " + describe(sandbox));
+  }
+  s.fs = std::make_unique<vfs::Vfs>(*s.engine, *s.files, m.vfs, m.source);
+  vfs::install_builtin_providers(*s.fs, m.vfs);
+  s.fs->set_listener(&ctx.invalidator);
+  ctx.invalidator.start(ctx.se);  // with the signals blocked, as every thread of ours
+  if (m.vfs.writable) {
+    s.writer = std::make_unique<Writer>(*s.files, m.writer);
+    s.fs->set_writer(s.writer.get());
+  }
+}
+
+// After the loop: what is pending reaches the files (H5Fflush, H5Fclose), the mount goes, then
+// what was served, in reverse. Returns 1 when written files could not be flushed, else 0.
+int stop_serving(fusefs::Context& ctx, fusefs::Session& session, Served& s) {
+  int status = 0;
+  ctx.invalidator.stop();  // before the session and the Vfs go
+  if (s.writer) {
+    try {
+      s.writer->close_all();
+    } catch (const std::exception& e) {
+      if (!already_logged(e)) log::error(std::string("flushing written files: ") + e.what());
+      status = 1;
+    }
+  }
+  session.unmount();
+  ctx.handles.clear();  // files and directories still open when the session ended
+  ctx.vfs = nullptr;
+  // The engine joins its pool, whose workers may wait on a source that never answers: the
+  // session's watcher, armed by a second signal, ends the process if this takes too long.
+  s.fs.reset();
+  s.writer.reset();
+  if (s.engine) s.engine->pool().shutdown();  // its last tasks may use the files' arrays
+  s.files.reset();
+  s.engine.reset();
+  return status;
+}
 
 }  // namespace
 
@@ -483,11 +456,15 @@ std::string program_name(const char* argv0) {
   return base.empty() ? "h5direct" : base;
 }
 
-int run_mount(int argc, char** argv) {
-  const std::string prog = argc > 0 ? argv[0] : "h5direct";
+namespace {
+
+constexpr int kGoOn = -1;
+
+// Parses and checks the command line (help and version answered here) and plans the helpers'
+// sandbox: kGoOn to mount, else the exit status.
+int prepare(int argc, char** argv, config::MountOptions& m, SandboxPlan& sandbox) {
   g_program = program_name(argc > 0 ? argv[0] : nullptr);
   log::set_program(g_program);
-  config::MountOptions m;
   try {
     m = config::parse_command_line(std::vector<std::string>(argv + (argc > 0 ? 1 : 0), argv + argc));
   } catch (const std::exception& e) {
@@ -508,164 +485,65 @@ int run_mount(int argc, char** argv) {
   log::set_debug(m.debug);
   // The helpers' sandbox as this kernel allows it: refused here, in the caller's terminal, when
   // strict and a layer is missing (each helper enters the same plan: helper/sandbox.h).
-  const SandboxPlan sandbox = plan_sandbox(probe_kernel(), m.helper.sandbox);
+  sandbox = plan_sandbox(probe_kernel(), m.helper.sandbox);
   if (m.helper.sandbox == SandboxMode::Strict && !sandbox.complete()) {
     std::string missing;
     for (const std::string& s : sandbox.missing) missing += (missing.empty() ? "" : "; ") + s;
     return die("error: -o sandbox=strict, but this kernel or container lacks: " + missing +
                " (without sandbox=strict the helpers run with every layer it has)");
   }
+  return kGoOn;
+}
 
-  std::string mount_opts = std::string(m.vfs.writable ? "rw" : "ro") + ",default_permissions,fsname=" +
-                           escape_opt(m.fuse.fsname.empty() ? m.source : m.fuse.fsname) +
-                           ",subtype=" + escape_opt(m.fuse.subtype);
-  if (m.fuse.allow_other) mount_opts += ",allow_other";
-  if (m.fuse.allow_root) mount_opts += ",allow_root";
-  if (m.fuse.auto_unmount) mount_opts += ",auto_unmount";
-  // Spliced replies must fit libfuse's pipe: cap the requests to what does (fusefs/adapter.h).
-  size_t max_read = 0;
-  if (m.fuse.splice && !m.vfs.writable && fusefs::splice_max_read() < (1u << 20)) {
-    max_read = fusefs::splice_max_read();
-    mount_opts += ",max_read=" + std::to_string(max_read);
-  }
-  std::vector<std::string> arg_store = {prog, "-o", mount_opts};
-  std::vector<char*> fargv;
-  for (auto& a : arg_store) fargv.push_back(a.data());
-  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(fargv.size()), fargv.data());
+}  // namespace
 
+int run_mount(int argc, char** argv) {
+  config::MountOptions m;
+  SandboxPlan sandbox;
+  if (const int rc = prepare(argc, argv, m, sandbox); rc != kGoOn) return rc;
+  const std::string prog = argc > 0 ? argv[0] : "h5direct";
   fusefs::Context ctx;
+  size_t max_read = 0;
+  const std::string fuse_opts = fuse_options(m, max_read);
   ctx.opts = m.fuse;
   ctx.mountpoint = m.mountpoint;
   ctx.readahead_kb =
       whole_requests_kb(static_cast<unsigned>(std::max(0, effective_readahead_kb(m.fuse.readahead_kb))), max_read);
   ctx.at_init = raise_readahead;
   ctx.max_read = max_read;
-  std::unique_ptr<fuse_session, SessionDeleter> se(
-      fuse_session_new(&args, &fusefs::operations(), sizeof(fuse_lowlevel_ops), &ctx));
-  fuse_opt_free_args(&args);
-  if (!se) return die("error: cannot create the FUSE session (see the message above)");
-  ctx.se = se.get();
-  if (!install_signal_handlers(se.get())) return die("error: cannot install signal handlers");
-  if (fuse_session_mount(se.get(), m.mountpoint.c_str()) != 0) {
-    remove_signal_handlers();
-    return die("error: cannot mount on " + m.mountpoint + " (see the message above)");
+  std::unique_ptr<fusefs::Session> session;
+  try {
+    session = std::make_unique<fusefs::Session>(ctx, prog, fuse_opts);
+    go_background(m, *session);
+  } catch (const std::exception& e) {
+    return die(std::string("error: ") + e.what());
   }
-  // The mount exists: only now may the caller be released.
-  if (!m.foreground) {
-    if (!g_log_file && !have_syslog()) {
-      log::warn("no syslog on this machine (/dev/log): the daemon's recent log lines are only in " +
-                m.mountpoint + "/.h5direct/log; use -o log=FILE to keep all of them (or -f to stay in the "
-                "foreground)");
-    }
-    if (fuse_daemonize(0) != 0) {
-      fuse_session_unmount(se.get());
-      remove_signal_handlers();
-      return die("error: cannot daemonize");
-    }
-    if (!g_log_file) {
-      ::openlog("h5direct", LOG_PID, LOG_DAEMON);
-      log::set_sink(syslog_sink);
-    }
-  }
-  if (g_log_file) log::set_sink(file_sink);
 
   int status = 0;
+  Served served;
   {
-    // Threads are created only now (after fork). Our own threads must not take the signals that
-    // end the loop: libfuse expects them on the thread waiting in fuse_session_loop_mt.
-    sigset_t block, old;
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    sigaddset(&block, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &block, &old);
+    // Threads are created only now (after fork), none taking the signals that end the loop.
+    fusefs::Session::BlockedSignals blocked;
     // Everything that needed more than serving does is done (the mount, daemonizing): capabilities
     // are per thread, so they are given up before the first thread starts.
     const std::string privileges = drop_privileges(m.vfs.writable);
-    std::thread watcher(signal_watcher, m.mountpoint);
-    std::unique_ptr<Engine> engine;
-    std::unique_ptr<H5Files> files;   // destroyed after the Vfs and the writer, before the engine
-    std::unique_ptr<Writer> writer;  // rw mounts; destroyed after the Vfs, before the files
-    std::unique_ptr<vfs::Vfs> fs;
+    session->start_watcher();
     try {
-      // libhdf5 runs in helper processes, never in the daemon (core/h5lib/h5helper.h).
-      m.helper.path = find_helper();
-      if (m.helper.path.empty())
-        throw std::runtime_error("h5direct-helper not found beside this program (nor in ../libexec/h5direct)");
-      m.helper.roots = {m.source};  // what the helpers may open (core/h5lib/broker.h)
-      g_helpers_stop = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-      m.helper.stop_fd = g_helpers_stop;
-      engine = std::make_unique<Engine>(m.engine);
-      files = std::make_unique<H5Files>(*engine, m.helper);
-      files->metadata().start();
-      if (m.helper.sandbox == SandboxMode::Off) {
-        log::warn("sandbox: off (-o sandbox=off, for debugging only): the helpers that run libhdf5 have the daemon's "
-                  "rights, and a file crafted against libhdf5 runs its code with them");
-      } else {
-        log::info("sandbox: " + describe(sandbox));
-      }
-      fs = std::make_unique<vfs::Vfs>(*engine, *files, m.vfs, m.source);
-      vfs::install_builtin_providers(*fs, m.vfs);
-      fs->set_listener(&ctx.invalidator);
-      ctx.invalidator.start(se.get());  // with the signals blocked, as every thread of ours
-      if (m.vfs.writable) {
-        writer = std::make_unique<Writer>(*files, m.writer);
-        fs->set_writer(writer.get());
-      }
+      start_serving(m, sandbox, ctx, *session, served);
       log::info("daemon privileges: " + privileges);
     } catch (const std::exception& e) {
       log::error(std::string("cannot start: ") + e.what());
       status = 1;
     }
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    if (status == 0) {
-      ctx.vfs = fs.get();
-      log::info("serving " + m.source + " at " + m.mountpoint);
-      fuse_loop_config* cfg = fuse_loop_cfg_create();
-      fuse_loop_cfg_set_clone_fd(cfg, 0);
-      fuse_loop_cfg_set_max_threads(cfg, m.fuse.max_threads);
-      fuse_loop_cfg_set_idle_threads(cfg, m.fuse.max_idle_threads);
-      // > 0: the signal that ended the loop (a clean unmount); < 0: an error.
-      int r = fuse_session_loop_mt(se.get(), cfg);
-      // libfuse ends the loop quietly on ENODEV (unmounted) but not on ECONNABORTED, which the
-      // kernel also returns when the connection shuts down while a worker is taking a request off
-      // the queue: after a lazy unmount, the last close sends RELEASE and ends the superblock at
-      // about the same moment (2 of 150 signal-detach runs under load). Either way the session is over
-      // and nothing was lost, as with ENODEV.
-      if (r == -ECONNABORTED) {
-        log::info("the kernel ended the connection while a request was being read (unmounted or aborted)");
-        r = 0;
-      }
-      status = r < 0 ? 1 : 0;
-      if (r < 0) log::error(std::string("session loop failed: ") + std::strerror(-r));
-      fuse_loop_cfg_destroy(cfg);
-    }
-    ctx.invalidator.stop();  // before the session and the Vfs go
-    // Unmount: everything pending reaches the files, which are closed (H5Fflush, H5Fclose).
-    if (writer) {
-      try {
-        writer->close_all();
-      } catch (const std::exception& e) {
-        if (!already_logged(e)) log::error(std::string("flushing written files: ") + e.what());
-        status = 1;
-      }
-    }
-    fuse_session_unmount(se.get());
-    remove_signal_handlers();
-    se.reset();
-    ctx.handles.clear();  // files and directories still open when the session ended
-    ctx.vfs = nullptr;
-    // The engine joins its pool, whose workers may wait on a source that never answers: the
-    // watcher, armed by a second signal, ends the process if this takes too long.
-    fs.reset();
-    writer.reset();
-    if (engine) engine->pool().shutdown();  // its last tasks may use the files' arrays
-    files.reset();
-    engine.reset();
-    const char stop = 0;
-    if (::write(g_signal_pipe[1], &stop, 1) != 1) log::warn("cannot stop the signal watcher");
-    watcher.join();
   }
+  if (status == 0) {
+    ctx.vfs = served.fs.get();
+    log::info("serving " + m.source + " at " + m.mountpoint);
+    status = session->loop(m.fuse.max_threads, m.fuse.max_idle_threads);
+  }
+  status = std::max(status, stop_serving(ctx, *session, served));
+  session.reset();  // its watcher, last: the teardown above may wait on a stuck source
+  if (served.helpers_stop >= 0) ::close(served.helpers_stop);
   log::info("unmounted " + m.mountpoint);
   return status;
 }
