@@ -2,7 +2,7 @@
 // an unprivileged uid and no capabilities, no_new_privs, not dumpable, Landlock (no file system,
 // no TCP, no signals out) and the system call filter (libseccomp). Called by h5direct-helper's
 // main() once libhdf5 and its filter plugins are loaded and before the first request, from the
-// process's only thread; and by the sandbox tests (tests/sandbox_probe.cpp), through the same
+// process's only thread; and by the sandbox tests (tests/programs/sandbox_probe.cpp), through the same
 // function. docs/architecture.md, "The sandbox", says what each layer stops and what is left.
 #pragma once
 #include <cstdint>
