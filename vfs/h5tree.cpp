@@ -428,6 +428,20 @@ class GroupProvider final : public DirProvider {
                                                                      // meanwhile is seen next time
     std::shared_ptr<H5File> f = ctx_.files.open(file_);
     std::vector<LinkEntry> members = f->list_group(group_);
+    leave_out_long_names(members);
+    std::vector<ChildEntry> out;
+    std::set<std::string> taken;
+    add_groups(members, out, taken);
+    add_attrs_file(out, taken);
+    add_datasets(*f, dataset_stems(members, taken), out);
+    return out;
+  }
+
+ private:
+  using Stems = std::vector<std::pair<const LinkEntry*, std::string>>;  // a dataset, its file names' stem
+
+  // Leaves out the members whose names are too long to list, each with a log line.
+  void leave_out_long_names(std::vector<LinkEntry>& members) const {
     // Names too long to list (FUSE takes names beyond NAME_MAX, but a directory entry must fit a
     // 4 KiB readdir reply: 2048 bytes here, with ~ds.json for datasets): left out, each with a
     // log line, instead of cutting the rest of the listing short.
@@ -441,8 +455,10 @@ class GroupProvider final : public DirProvider {
                                    return true;
                                  }),
                   members.end());
-    std::vector<ChildEntry> out;
-    std::set<std::string> taken;
+  }
+
+  // The member groups: a directory each, or a symlink for a link back to a group above.
+  void add_groups(const std::vector<LinkEntry>& members, std::vector<ChildEntry>& out, std::set<std::string>& taken) {
     for (const auto& m : members) {
       if (m.kind != ObjectKind::Group) continue;
       if (!m.ancestor.empty()) {
@@ -465,6 +481,10 @@ class GroupProvider final : public DirProvider {
                                              with_also(fmeta_, other))});
       taken.insert(m.name);
     }
+  }
+
+  // The group's attributes file (.attrs.json), unless a member group took its name.
+  void add_attrs_file(std::vector<ChildEntry>& out, std::set<std::string>& taken) {
     // The group's (the file's, at the root) attributes: .attrs.json, rendered at its first open
     // (listing reads no attribute values). Its name is claimed before datasets': a dataset named
     // ".attrs" is shown as .attrs~ds.*; a member group named ".attrs.json" keeps its name.
@@ -482,9 +502,14 @@ class GroupProvider final : public DirProvider {
       log::warn(file_ + ":" + group_ + ": its attributes are not shown: a member group is named " +
                 kGroupAttrsName);
     }
+  }
+
+  // The member datasets and the stem of their file names (their name, else NAME~ds); one whose
+  // names are all taken is left out (logged).
+  Stems dataset_stems(const std::vector<LinkEntry>& members, std::set<std::string>& taken) const {
     // Datasets whose natural names are free claim them first; the others try NAME~ds.
     std::vector<const LinkEntry*> renamed;
-    std::vector<std::pair<const LinkEntry*, std::string>> datasets;
+    Stems datasets;
     auto group_taken = [&](const std::string& n) { return taken.count(n) > 0; };
     for (const auto& m : members) {
       if (m.kind != ObjectKind::Dataset) continue;
@@ -510,6 +535,11 @@ class GroupProvider final : public DirProvider {
       datasets.emplace_back(m, stem);
       for (const char* ext : {".npy", ".raw", ".json"}) taken.insert(stem + ext);
     }
+    return datasets;
+  }
+
+  // The files of each dataset (.npy, .raw, .json), their metadata asked for all at once.
+  void add_datasets(H5File& f, const Stems& datasets, std::vector<ChildEntry>& out) {
     // The datasets' metadata in one HDF5 helper request (per helper), not one each: a group of
     // 200 datasets took 201 requests to list. A hint only: what it could not answer, each
     // dataset's own request asks again and reports.
@@ -520,12 +550,10 @@ class GroupProvider final : public DirProvider {
     for (const auto& item : items) paths.push_back(item.second);
     auto batch = std::make_shared<DetailsBatch>(ctx_.files, file_, group_, std::move(paths));
     for (const auto& [m, stem] : datasets) {
-      add_dataset_files(ctx_, out, *f, join(group_, m->name), stem, fmeta_, batch);
+      add_dataset_files(ctx_, out, f, join(group_, m->name), stem, fmeta_, batch);
     }
-    return out;
   }
 
- private:
   const TreeContext& ctx_;
   std::string file_, group_;
   NodeMeta dmeta_, fmeta_;
