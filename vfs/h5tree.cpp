@@ -179,34 +179,10 @@ class PlainDirProvider final : public DirProvider {
   std::vector<ChildEntry> list() override {
     DIR* d = ::opendir(path_.c_str());
     if (!d) fail(errno, "cannot list directory " + path_ + ": " + std::strerror(errno));
-    const bool follow = revalidate_seconds() > 0;
-    {
-      struct stat self;
-      if (::fstat(::dirfd(d), &self) == 0) {
-        if (!chain_) chain_ = chain_with(nullptr, self);
-        // Before reading: a change meanwhile is seen at the next check.
-        stamp_ = DirStamp::of(self);
-        unsure_ = follow && realtime_ns() - std::max(stamp_.mtime_ns, stamp_.ctime_ns) < kTickNs;
-      }
-    }
-    std::unordered_map<std::string, Shown> shown;  // what this listing shows (revalidated only)
-    std::vector<Pending> pending;
-    std::set<std::string> left;  // the lines logged for entries left out (revalidated only)
-    const int64_t listed_ns = follow ? realtime_ns() : 0;
-    // The node an entry had at the last listing, when it is still the same object: it keeps
-    // its inode number and what it listed below it (a run stays open).
-    auto reuse = [&](const std::string& name, const std::string& real, const struct stat& st) -> NodePtr {
-      if (!follow) return nullptr;
-      auto it = shown_.find(name);
-      if (it == shown_.end()) return nullptr;
-      const Shown& s = it->second;
-      if (s.real != real || s.dev != st.st_dev || s.ino != st.st_ino || s.type != (st.st_mode & S_IFMT)) return nullptr;
-      return s.node;
-    };
-    auto keep = [&](const std::string& name, const std::string& real, const struct stat& st, const NodePtr& n) {
-      if (follow) shown.emplace(name, Shown{real, st.st_dev, st.st_ino, st.st_mode & S_IFMT, n});
-    };
-    std::vector<ChildEntry> out;
+    Scan s;
+    s.follow = revalidate_seconds() > 0;
+    stamp(d, s.follow);
+    s.listed_ns = s.follow ? realtime_ns() : 0;
     // A listing that takes long (thousands of files on a slow file system) says how far it got.
     const auto t0 = std::chrono::steady_clock::now();
     auto last = t0;
@@ -220,95 +196,19 @@ class PlainDirProvider final : public DirProvider {
           const auto now = std::chrono::steady_clock::now();
           if (now - last >= std::chrono::seconds(2)) {
             log::info("listing " + path_ + ": " + std::to_string(seen) + " entries looked at, " +
-                      std::to_string(out.size()) + " shown so far");
+                      std::to_string(s.out.size()) + " shown so far");
             last = now;
           }
         }
-        std::string path = join(path_, name);
-        auto left_out = [&](log::Level level, const std::string& why) {
-          // Once per name and reason while it stays left out (a revalidated directory is listed again).
-          const std::string line = "left out " + path + ": " + why;
-          if (follow) {
-            left.insert(line);
-            if (left_.count(line)) return;
-          }
-          log::write(level, line);
-        };
-        if (is_under(path, ctx_.opts.exclude_path)) {
-          left_out(log::Level::Warn, "it is the mount point");
-          continue;
-        }
-        struct stat st;
-        if (::fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-          if (errno != ENOENT) left_out(log::Level::Warn, std::string("cannot stat it: ") + std::strerror(errno));
-          continue;  // ENOENT: it vanished since readdir
-        }
-        std::string real = path;
-        if (S_ISLNK(st.st_mode)) {
-          std::string why;
-          real = resolve_link(path, ctx_.opts.exclude_path, why);
-          if (real.empty() || ::stat(real.c_str(), &st) != 0) {
-            left_out(log::Level::Info, why.empty() ? std::string("dangling symlink (") + std::strerror(errno) + ")" : why);
-            continue;
-          }
-        }
-        if (S_ISDIR(st.st_mode) && chain_has(chain_.get(), st)) {
-          // Listing it would list this directory again, without end (ln -s . self): memory
-          // would grow with every level a reader walks down.
-          left_out(log::Level::Warn, "symlink loop: it leads to " + real + ", a directory it lies in (device " +
-                                         std::to_string(st.st_dev) + ", inode " + std::to_string(st.st_ino) + ")");
-          continue;
-        }
-        if (NodePtr same = reuse(name, real, st)) {
-          keep(name, real, st, same);
-          out.push_back({name, std::move(same)});
-        } else if (S_ISDIR(st.st_mode)) {
-          // A symlinked directory is listed by its resolved path, so that the mount point's
-          // exclusion holds below it too.
-          NodePtr dir = make_source_dir_node(ctx_, real, st, chain_);
-          keep(name, real, st, dir);
-          out.push_back({name, std::move(dir)});
-        } else if (S_ISREG(st.st_mode)) {
-          const int fd = ::open(real.c_str(), O_RDONLY | O_CLOEXEC);
-          if (fd < 0) {
-            left_out(errno == EACCES || errno == EPERM ? log::Level::Warn : log::Level::Info,
-                     std::string("the daemon cannot open it (") + std::strerror(errno) + ")");
-            continue;
-          }
-          const int sig = fmt::hdf5_signature(fd, static_cast<uint64_t>(st.st_size));
-          ::close(fd);
-          if (sig == 1) {
-            // By its resolved path: what the requesting user must be able to reach
-            // (check_access) and what the daemon opens are the same file.
-            NodePtr file = make_hdf5_file_node(ctx_, real, st);
-            keep(name, real, st, file);
-            out.push_back({name, std::move(file)});
-          } else if (sig == 0) {
-            if (follow && listed_ns - ns_of(st.st_mtim) <= kPendingNs) pending.push_back({real, identity_of(st)});
-            left_out(log::Level::Info, "not an HDF5 file (no HDF5 signature)");
-          } else {
-            left_out(log::Level::Warn, std::string("unreadable (") + std::strerror(-sig) + ")");
-          }
-        } else {
-          left_out(log::Level::Info, "neither a regular file nor a directory");
-        }
+        add_entry(s, dfd, name);
       }
     } catch (...) {
       ::closedir(d);
       throw;
     }
     ::closedir(d);
-    if (follow) {
-      shown_ = std::move(shown);
-      if (pending.size() > kPendingMax) {  // the youngest
-        std::nth_element(pending.begin(), pending.begin() + kPendingMax, pending.end(),
-                         [](const Pending& a, const Pending& b) { return a.id.mtime_ns > b.id.mtime_ns; });
-        pending.resize(kPendingMax);
-      }
-      pending_ = std::move(pending);
-      left_ = std::move(left);
-    }
-    return out;
+    if (s.follow) remember(s);
+    return std::move(s.out);
   }
 
  private:
@@ -323,6 +223,134 @@ class PlainDirProvider final : public DirProvider {
     std::string path;
     FileIdentity id;
   };
+  // One listing under way: what it shows and, when revalidated (`follow`), what it keeps for
+  // the next check.
+  struct Scan {
+    bool follow = false;
+    int64_t listed_ns = 0;
+    std::vector<ChildEntry> out;
+    std::unordered_map<std::string, Shown> shown;  // what this listing shows (revalidated only)
+    std::vector<Pending> pending;
+    std::set<std::string> left;  // the lines logged for entries left out (revalidated only)
+  };
+
+  // Takes the directory's stamp for changed() from d (and its chain, the first time).
+  void stamp(DIR* d, bool follow) {
+    struct stat self;
+    if (::fstat(::dirfd(d), &self) == 0) {
+      if (!chain_) chain_ = chain_with(nullptr, self);
+      // Before reading: a change meanwhile is seen at the next check.
+      stamp_ = DirStamp::of(self);
+      unsure_ = follow && realtime_ns() - std::max(stamp_.mtime_ns, stamp_.ctime_ns) < kTickNs;
+    }
+  }
+
+  // Logs that `path` is left out, and why.
+  void left_out(Scan& s, const std::string& path, log::Level level, const std::string& why) {
+    // Once per name and reason while it stays left out (a revalidated directory is listed again).
+    const std::string line = "left out " + path + ": " + why;
+    if (s.follow) {
+      s.left.insert(line);
+      if (left_.count(line)) return;
+    }
+    log::write(level, line);
+  }
+
+  // The node an entry had at the last listing, when it is still the same object: it keeps
+  // its inode number and what it listed below it (a run stays open).
+  NodePtr reuse(const Scan& s, const std::string& name, const std::string& real, const struct stat& st) const {
+    if (!s.follow) return nullptr;
+    auto it = shown_.find(name);
+    if (it == shown_.end()) return nullptr;
+    const Shown& sh = it->second;
+    if (sh.real != real || sh.dev != st.st_dev || sh.ino != st.st_ino || sh.type != (st.st_mode & S_IFMT))
+      return nullptr;
+    return sh.node;
+  }
+
+  // Shows entry `name` as node n (remembered for the next check when revalidated).
+  void show(Scan& s, const std::string& name, const std::string& real, const struct stat& st, NodePtr n) {
+    if (s.follow) s.shown.emplace(name, Shown{real, st.st_dev, st.st_ino, st.st_mode & S_IFMT, n});
+    s.out.push_back({name, std::move(n)});
+  }
+
+  // Adds entry `name` of the directory (dfd) to the listing, or logs why it is left out.
+  void add_entry(Scan& s, int dfd, const std::string& name) {
+    std::string path = join(path_, name);
+    if (is_under(path, ctx_.opts.exclude_path)) {
+      left_out(s, path, log::Level::Warn, "it is the mount point");
+      return;
+    }
+    struct stat st;
+    if (::fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno != ENOENT) left_out(s, path, log::Level::Warn, std::string("cannot stat it: ") + std::strerror(errno));
+      return;  // ENOENT: it vanished since readdir
+    }
+    std::string real = path;
+    if (S_ISLNK(st.st_mode)) {
+      std::string why;
+      real = resolve_link(path, ctx_.opts.exclude_path, why);
+      if (real.empty() || ::stat(real.c_str(), &st) != 0) {
+        left_out(s, path, log::Level::Info,
+                 why.empty() ? std::string("dangling symlink (") + std::strerror(errno) + ")" : why);
+        return;
+      }
+    }
+    if (S_ISDIR(st.st_mode) && chain_has(chain_.get(), st)) {
+      // Listing it would list this directory again, without end (ln -s . self): memory
+      // would grow with every level a reader walks down.
+      left_out(s, path, log::Level::Warn, "symlink loop: it leads to " + real + ", a directory it lies in (device " +
+                                              std::to_string(st.st_dev) + ", inode " + std::to_string(st.st_ino) + ")");
+      return;
+    }
+    if (NodePtr same = reuse(s, name, real, st)) {
+      show(s, name, real, st, std::move(same));
+    } else if (S_ISDIR(st.st_mode)) {
+      // A symlinked directory is listed by its resolved path, so that the mount point's
+      // exclusion holds below it too.
+      show(s, name, real, st, make_source_dir_node(ctx_, real, st, chain_));
+    } else if (S_ISREG(st.st_mode)) {
+      add_file(s, name, path, real, st);
+    } else {
+      left_out(s, path, log::Level::Info, "neither a regular file nor a directory");
+    }
+  }
+
+  // Adds regular file `name` (at `path`, resolved: `real`) when it has the HDF5 signature; else
+  // logs why not (a young one is watched by changed()).
+  void add_file(Scan& s, const std::string& name, const std::string& path, const std::string& real,
+                const struct stat& st) {
+    const int fd = ::open(real.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      left_out(s, path, errno == EACCES || errno == EPERM ? log::Level::Warn : log::Level::Info,
+               std::string("the daemon cannot open it (") + std::strerror(errno) + ")");
+      return;
+    }
+    const int sig = fmt::hdf5_signature(fd, static_cast<uint64_t>(st.st_size));
+    ::close(fd);
+    if (sig == 1) {
+      // By its resolved path: what the requesting user must be able to reach
+      // (check_access) and what the daemon opens are the same file.
+      show(s, name, real, st, make_hdf5_file_node(ctx_, real, st));
+    } else if (sig == 0) {
+      if (s.follow && s.listed_ns - ns_of(st.st_mtim) <= kPendingNs) s.pending.push_back({real, identity_of(st)});
+      left_out(s, path, log::Level::Info, "not an HDF5 file (no HDF5 signature)");
+    } else {
+      left_out(s, path, log::Level::Warn, std::string("unreadable (") + std::strerror(-sig) + ")");
+    }
+  }
+
+  // Keeps what a revalidated listing showed, watches and left out, for the next check.
+  void remember(Scan& s) {
+    shown_ = std::move(s.shown);
+    if (s.pending.size() > kPendingMax) {  // the youngest
+      std::nth_element(s.pending.begin(), s.pending.begin() + kPendingMax, s.pending.end(),
+                       [](const Pending& a, const Pending& b) { return a.id.mtime_ns > b.id.mtime_ns; });
+      s.pending.resize(kPendingMax);
+    }
+    pending_ = std::move(s.pending);
+    left_ = std::move(s.left);
+  }
 
   const TreeContext& ctx_;
   std::string path_;
@@ -400,6 +428,20 @@ class GroupProvider final : public DirProvider {
                                                                      // meanwhile is seen next time
     std::shared_ptr<H5File> f = ctx_.files.open(file_);
     std::vector<LinkEntry> members = f->list_group(group_);
+    leave_out_long_names(members);
+    std::vector<ChildEntry> out;
+    std::set<std::string> taken;
+    add_groups(members, out, taken);
+    add_attrs_file(out, taken);
+    add_datasets(*f, dataset_stems(members, taken), out);
+    return out;
+  }
+
+ private:
+  using Stems = std::vector<std::pair<const LinkEntry*, std::string>>;  // a dataset, its file names' stem
+
+  // Leaves out the members whose names are too long to list, each with a log line.
+  void leave_out_long_names(std::vector<LinkEntry>& members) const {
     // Names too long to list (FUSE takes names beyond NAME_MAX, but a directory entry must fit a
     // 4 KiB readdir reply: 2048 bytes here, with ~ds.json for datasets): left out, each with a
     // log line, instead of cutting the rest of the listing short.
@@ -413,8 +455,10 @@ class GroupProvider final : public DirProvider {
                                    return true;
                                  }),
                   members.end());
-    std::vector<ChildEntry> out;
-    std::set<std::string> taken;
+  }
+
+  // The member groups: a directory each, or a symlink for a link back to a group above.
+  void add_groups(const std::vector<LinkEntry>& members, std::vector<ChildEntry>& out, std::set<std::string>& taken) {
     for (const auto& m : members) {
       if (m.kind != ObjectKind::Group) continue;
       if (!m.ancestor.empty()) {
@@ -437,6 +481,10 @@ class GroupProvider final : public DirProvider {
                                              with_also(fmeta_, other))});
       taken.insert(m.name);
     }
+  }
+
+  // The group's attributes file (.attrs.json), unless a member group took its name.
+  void add_attrs_file(std::vector<ChildEntry>& out, std::set<std::string>& taken) {
     // The group's (the file's, at the root) attributes: .attrs.json, rendered at its first open
     // (listing reads no attribute values). Its name is claimed before datasets': a dataset named
     // ".attrs" is shown as .attrs~ds.*; a member group named ".attrs.json" keeps its name.
@@ -454,9 +502,14 @@ class GroupProvider final : public DirProvider {
       log::warn(file_ + ":" + group_ + ": its attributes are not shown: a member group is named " +
                 kGroupAttrsName);
     }
+  }
+
+  // The member datasets and the stem of their file names (their name, else NAME~ds); one whose
+  // names are all taken is left out (logged).
+  Stems dataset_stems(const std::vector<LinkEntry>& members, std::set<std::string>& taken) const {
     // Datasets whose natural names are free claim them first; the others try NAME~ds.
     std::vector<const LinkEntry*> renamed;
-    std::vector<std::pair<const LinkEntry*, std::string>> datasets;
+    Stems datasets;
     auto group_taken = [&](const std::string& n) { return taken.count(n) > 0; };
     for (const auto& m : members) {
       if (m.kind != ObjectKind::Dataset) continue;
@@ -482,6 +535,11 @@ class GroupProvider final : public DirProvider {
       datasets.emplace_back(m, stem);
       for (const char* ext : {".npy", ".raw", ".json"}) taken.insert(stem + ext);
     }
+    return datasets;
+  }
+
+  // The files of each dataset (.npy, .raw, .json), their metadata asked for all at once.
+  void add_datasets(H5File& f, const Stems& datasets, std::vector<ChildEntry>& out) {
     // The datasets' metadata in one HDF5 helper request (per helper), not one each: a group of
     // 200 datasets took 201 requests to list. A hint only: what it could not answer, each
     // dataset's own request asks again and reports.
@@ -492,12 +550,10 @@ class GroupProvider final : public DirProvider {
     for (const auto& item : items) paths.push_back(item.second);
     auto batch = std::make_shared<DetailsBatch>(ctx_.files, file_, group_, std::move(paths));
     for (const auto& [m, stem] : datasets) {
-      add_dataset_files(ctx_, out, *f, join(group_, m->name), stem, fmeta_, batch);
+      add_dataset_files(ctx_, out, f, join(group_, m->name), stem, fmeta_, batch);
     }
-    return out;
   }
 
- private:
   const TreeContext& ctx_;
   std::string file_, group_;
   NodeMeta dmeta_, fmeta_;

@@ -267,11 +267,8 @@ void key_line(std::ostringstream& o, const std::string& name, const json& dtype,
   o << "]\n";
 }
 
-}  // namespace
-
-std::string run_info_text(const json& j, bool details) {
-  std::ostringstream o;
-  const uint64_t n = j.value("train_count", uint64_t{0});
+// "# of trains", "Duration", "First train ID", "Last train ID" and the blank line after them.
+void train_lines(std::ostringstream& o, const json& j, uint64_t n) {
   o << "# of trains:    " << n << "\n";
   if (n == 0 || j["first_train"].is_null()) {
     o << "Duration:       0.0\nFirst train ID: -\nLast train ID:  -\n\n";
@@ -281,121 +278,159 @@ std::string run_info_text(const json& j, bool details) {
     o << "Duration:       " << timedelta_text(span / 10) << "." << span % 10 << "\nFirst train ID: " << first
       << "\nLast train ID:  " << last << "\n\n";
   }
-  const json& sources = j["sources"];
+}
+
+// A run's source names sorted by kind, as the info text shows them.
+struct SourceKinds {
   std::set<std::string> legacy, xtdf, instrument, control;
   std::map<std::string, std::map<std::string, std::string>> detectors;  // name -> modno -> source
+};
+
+// Sorts the sources of a summary into legacy names, XTDF detector modules, other instrument
+// sources and control sources.
+SourceKinds source_kinds(const json& sources) {
+  SourceKinds k;
   for (const auto& [name, s] : sources.items()) {
     if (s.contains("legacy_name_of")) {
-      legacy.insert(name);
+      k.legacy.insert(name);
       continue;
     }
     if (s.value("section", "") == "CONTROL") {
-      control.insert(name);
+      k.control.insert(name);
       continue;
     }
     std::string det, modno;
     if (xtdf_module(name, det, modno)) {
-      xtdf.insert(name);
-      detectors[det][modno] = name;
+      k.xtdf.insert(name);
+      k.detectors[det][modno] = name;
     } else {
-      instrument.insert(name);
+      k.instrument.insert(name);
     }
   }
+  return k;
+}
+
+// Without details: each XTDF detector in a few lines, then the other sources grouped by name.
+void summary_lines(std::ostringstream& o, const json& sources, const SourceKinds& kinds, uint64_t n) {
+  for (const auto& [det, mods] : kinds.detectors) {
+    o << mods.size() << " XTDF detector modules of " << det << "/*\n";
+    const auto& [modno, src] = *mods.begin();  // the module number sorted first as text
+    const json& s = sources[src];
+    const json keys = s.value("keys", json::object());
+    if (keys.contains("image.data")) {
+      const json& es = keys["image.data"]["entry_shape"];
+      std::string dims, module;
+      for (size_t i = es.size() >= 2 ? es.size() - 2 : 0; i < es.size(); ++i)
+        dims += (dims.empty() ? "" : " x ") + std::to_string(es[i].get<uint64_t>());
+      for (char c : modno) module += (module.empty() ? "" : " ") + std::string(1, c);  // ' '.join(modno)
+      o << "  e.g. module " << module << " : " << dims << " pixels\n";
+    }
+    o << "  " << src << "\n";
+    const json groups = s.value("index_groups", json::object());
+    if (groups.contains("image")) {
+      const uint64_t fpt = groups["image"]["max_entries_per_train"].get<uint64_t>();
+      o << "  " << fpt << " frames per train, up to " << fpt * n << " frames total\n";
+    }
+    o << "\n";
+  }
+  o << kinds.instrument.size() << " instrument sources (excluding XTDF detectors):\n";
+  grouped_lines(o, kinds.instrument);
+  o << "\n" << kinds.control.size() << " control sources:\n";
+  grouped_lines(o, kinds.control);
+  o << "\n";
+}
+
+// With details: every instrument source (XTDF modules too) with its keys, grouped by index group.
+void instrument_detail_lines(std::ostringstream& o, const json& sources, const SourceKinds& kinds, uint64_t n) {
+  // info(details_for_sources=['*']): every source on its own line, with its keys.
+  std::set<std::string> inst = kinds.instrument;
+  inst.insert(kinds.xtdf.begin(), kinds.xtdf.end());
+  o << inst.size() << " instrument sources:\n";
+  for (const std::string& name : inst) {
+    o << "  - " << name << " \n";
+    const json& s = sources[name];
+    const json keys = s.value("keys", json::object());
+    const json groups = s.value("index_groups", json::object());
+    std::string group;
+    for (const auto& [k, kj] : keys.items()) {  // sorted; grouped by their first component
+      const std::string g = k.substr(0, k.find('.'));
+      if (g != group) {
+        group = g;
+        o << "    - " << g << ":\n";
+        const json gj = groups.value(g, json::object());
+        const uint64_t with = gj.value("trains_with_data", uint64_t{0});
+        const uint64_t lo = gj.value("min_entries_per_train", uint64_t{0});
+        const uint64_t hi = gj.value("max_entries_per_train", uint64_t{0});
+        o << "      data for " << with << " trains (" << percent(with, n) << "), "
+          << (lo == hi ? std::to_string(lo) : std::to_string(lo) + "\xe2\x80\x93" + std::to_string(hi)  /* an en dash */)
+          << " entries per train\n";
+      }
+      key_line(o, k, kj["dtype"], kj["entry_shape"]);
+    }
+  }
+}
+
+// With details: every control source with its keys (no .value suffix) and its run keys.
+void control_detail_lines(std::ostringstream& o, const json& sources, const std::set<std::string>& control) {
+  o << "\n" << control.size() << " control sources:\n";
+  for (const std::string& name : control) {
+    o << "  - " << name << " \n";
+    o << "    - Control keys (1 entry per train):\n";
+    const json all = sources[name].value("keys", json::object());
+    const std::string v = ".value";
+    for (const auto& [k, kj] : all.items()) {  // keys(inc_timestamps=False)
+      if (k.size() > v.size() && k.compare(k.size() - v.size(), v.size(), v) == 0)
+        key_line(o, k.substr(0, k.size() - v.size()), kj["dtype"], kj["entry_shape"]);
+    }
+    const json run_only = sources[name].value("run_only_keys", json::object());
+    if (!run_only.empty()) {
+      o << "    - Additional run keys (1 entry per run):\n";
+      for (const auto& [k, kj] : run_only.items()) {
+        o << "      - " << k << "\t[" << (kj["dtype"].is_null() ? std::string("string") : numpy_name(kj["dtype"]));
+        if (!kj["entry_shape"].empty()) o << ", entry shape " << py_tuple(kj["entry_shape"]);
+        o << "]\n";
+      }
+    }
+  }
+  o << "\n";
+}
+
+// The legacy source names and their targets; detector modules' condensed per detector.
+void legacy_lines(std::ostringstream& o, const json& sources, const std::set<std::string>& legacy) {
+  // Detector modules' legacy names condensed per detector, as EXtra-data prints them.
+  o << legacy.size() << " legacy source names:\n";
+  std::map<std::string, std::pair<std::string, size_t>> det_legacy;  // det -> canonical det, count
+  for (const std::string& name : legacy) {
+    const std::string target = sources[name]["legacy_name_of"].get<std::string>();
+    std::string det, modno, cdet, cmod;
+    if (xtdf_module(name, det, modno)) {
+      auto& e = det_legacy[det];
+      if (e.first.empty()) e.first = xtdf_module(target, cdet, cmod) ? cdet : target;
+      ++e.second;
+      continue;
+    }
+    o << " - " << name << " -> " << target << "\n";
+  }
+  for (const auto& [det, e] : det_legacy)
+    o << " - " << det << "/* -> " << e.first << "/* (" << e.second << ")\n";
+  o << "\n";
+}
+
+}  // namespace
+
+std::string run_info_text(const json& j, bool details) {
+  std::ostringstream o;
+  const uint64_t n = j.value("train_count", uint64_t{0});
+  train_lines(o, j, n);
+  const json& sources = j["sources"];
+  const SourceKinds kinds = source_kinds(sources);
   if (!details) {
-    for (const auto& [det, mods] : detectors) {
-      o << mods.size() << " XTDF detector modules of " << det << "/*\n";
-      const auto& [modno, src] = *mods.begin();  // the module number sorted first as text
-      const json& s = sources[src];
-      const json keys = s.value("keys", json::object());
-      if (keys.contains("image.data")) {
-        const json& es = keys["image.data"]["entry_shape"];
-        std::string dims, module;
-        for (size_t i = es.size() >= 2 ? es.size() - 2 : 0; i < es.size(); ++i)
-          dims += (dims.empty() ? "" : " x ") + std::to_string(es[i].get<uint64_t>());
-        for (char c : modno) module += (module.empty() ? "" : " ") + std::string(1, c);  // ' '.join(modno)
-        o << "  e.g. module " << module << " : " << dims << " pixels\n";
-      }
-      o << "  " << src << "\n";
-      const json groups = s.value("index_groups", json::object());
-      if (groups.contains("image")) {
-        const uint64_t fpt = groups["image"]["max_entries_per_train"].get<uint64_t>();
-        o << "  " << fpt << " frames per train, up to " << fpt * n << " frames total\n";
-      }
-      o << "\n";
-    }
-    o << instrument.size() << " instrument sources (excluding XTDF detectors):\n";
-    grouped_lines(o, instrument);
-    o << "\n" << control.size() << " control sources:\n";
-    grouped_lines(o, control);
-    o << "\n";
+    summary_lines(o, sources, kinds, n);
   } else {
-    // info(details_for_sources=['*']): every source on its own line, with its keys.
-    std::set<std::string> inst = instrument;
-    inst.insert(xtdf.begin(), xtdf.end());
-    o << inst.size() << " instrument sources:\n";
-    for (const std::string& name : inst) {
-      o << "  - " << name << " \n";
-      const json& s = sources[name];
-      const json keys = s.value("keys", json::object());
-      const json groups = s.value("index_groups", json::object());
-      std::string group;
-      for (const auto& [k, kj] : keys.items()) {  // sorted; grouped by their first component
-        const std::string g = k.substr(0, k.find('.'));
-        if (g != group) {
-          group = g;
-          o << "    - " << g << ":\n";
-          const json gj = groups.value(g, json::object());
-          const uint64_t with = gj.value("trains_with_data", uint64_t{0});
-          const uint64_t lo = gj.value("min_entries_per_train", uint64_t{0});
-          const uint64_t hi = gj.value("max_entries_per_train", uint64_t{0});
-          o << "      data for " << with << " trains (" << percent(with, n) << "), "
-            << (lo == hi ? std::to_string(lo) : std::to_string(lo) + "\xe2\x80\x93" + std::to_string(hi)  /* an en dash */)
-            << " entries per train\n";
-        }
-        key_line(o, k, kj["dtype"], kj["entry_shape"]);
-      }
-    }
-    o << "\n" << control.size() << " control sources:\n";
-    for (const std::string& name : control) {
-      o << "  - " << name << " \n";
-      o << "    - Control keys (1 entry per train):\n";
-      const json all = sources[name].value("keys", json::object());
-      const std::string v = ".value";
-      for (const auto& [k, kj] : all.items()) {  // keys(inc_timestamps=False)
-        if (k.size() > v.size() && k.compare(k.size() - v.size(), v.size(), v) == 0)
-          key_line(o, k.substr(0, k.size() - v.size()), kj["dtype"], kj["entry_shape"]);
-      }
-      const json run_only = sources[name].value("run_only_keys", json::object());
-      if (!run_only.empty()) {
-        o << "    - Additional run keys (1 entry per run):\n";
-        for (const auto& [k, kj] : run_only.items()) {
-          o << "      - " << k << "\t[" << (kj["dtype"].is_null() ? std::string("string") : numpy_name(kj["dtype"]));
-          if (!kj["entry_shape"].empty()) o << ", entry shape " << py_tuple(kj["entry_shape"]);
-          o << "]\n";
-        }
-      }
-    }
-    o << "\n";
+    instrument_detail_lines(o, sources, kinds, n);
+    control_detail_lines(o, sources, kinds.control);
   }
-  if (!legacy.empty()) {
-    // Detector modules' legacy names condensed per detector, as EXtra-data prints them.
-    o << legacy.size() << " legacy source names:\n";
-    std::map<std::string, std::pair<std::string, size_t>> det_legacy;  // det -> canonical det, count
-    for (const std::string& name : legacy) {
-      const std::string target = sources[name]["legacy_name_of"].get<std::string>();
-      std::string det, modno, cdet, cmod;
-      if (xtdf_module(name, det, modno)) {
-        auto& e = det_legacy[det];
-        if (e.first.empty()) e.first = xtdf_module(target, cdet, cmod) ? cdet : target;
-        ++e.second;
-        continue;
-      }
-      o << " - " << name << " -> " << target << "\n";
-    }
-    for (const auto& [det, e] : det_legacy)
-      o << " - " << det << "/* -> " << e.first << "/* (" << e.second << ")\n";
-    o << "\n";
-  }
+  if (!kinds.legacy.empty()) legacy_lines(o, sources, kinds.legacy);
   return o.str();
 }
 

@@ -206,6 +206,42 @@ int64_t steady_ns() {
       .count();
 }
 
+// The listing of what a provider listed, sorted by name, each node registered in `table`; an
+// entry with an invalid name, or a name taken already, is left out (logged).
+std::shared_ptr<DirNode::Listing> sorted_listing(std::vector<ChildEntry>& raw, InodeTable& table) {
+  auto l = std::make_shared<DirNode::Listing>();
+  l->entries.reserve(raw.size());
+  for (auto& c : raw) {
+    if (!c.node || !valid_name(c.name)) {
+      log::warn("left out an entry with an invalid name: '" + c.name + "'");
+      continue;
+    }
+    if (l->index.count(c.name)) {
+      log::warn("left out a second entry named '" + c.name + "'");
+      continue;
+    }
+    l->index.emplace(c.name, 0);
+    l->entries.push_back(std::move(c));
+  }
+  std::sort(l->entries.begin(), l->entries.end(),
+            [](const ChildEntry& a, const ChildEntry& b) { return a.name < b.name; });
+  for (size_t i = 0; i < l->entries.size(); ++i) {
+    l->index[l->entries[i].name] = i;
+    table.add(l->entries[i].node);
+  }
+  return l;
+}
+
+// Tells the table's listener (and the debug log) which names of directory `ino` a new listing
+// changed.
+void tell_changed(InodeTable& table, uint64_t ino, const std::vector<std::string>& changed) {
+  if (log::debug_enabled()) {
+    log::debug("directory inode " + std::to_string(ino) + " listed again: " + std::to_string(changed.size()) +
+               " name(s) changed, the first '" + changed.front() + "'");
+  }
+  if (TreeListener* t = table.listener()) t->names_changed(ino, changed);
+}
+
 }  // namespace
 
 std::shared_ptr<const DirNode::Listing> DirNode::listing(InodeTable& table) {
@@ -253,26 +289,7 @@ std::shared_ptr<const DirNode::Listing> DirNode::listing(InodeTable& table) {
   } else {
     raw = provider_ ? provider_->list() : std::vector<ChildEntry>{};
   }
-  auto l = std::make_shared<Listing>();
-  l->entries.reserve(raw.size());
-  for (auto& c : raw) {
-    if (!c.node || !valid_name(c.name)) {
-      log::warn("left out an entry with an invalid name: '" + c.name + "'");
-      continue;
-    }
-    if (l->index.count(c.name)) {
-      log::warn("left out a second entry named '" + c.name + "'");
-      continue;
-    }
-    l->index.emplace(c.name, 0);
-    l->entries.push_back(std::move(c));
-  }
-  std::sort(l->entries.begin(), l->entries.end(),
-            [](const ChildEntry& a, const ChildEntry& b) { return a.name < b.name; });
-  for (size_t i = 0; i < l->entries.size(); ++i) {
-    l->index[l->entries[i].name] = i;
-    table.add(l->entries[i].node);
-  }
+  std::shared_ptr<Listing> l = sorted_listing(raw, table);
   if (!current && provider_) {
     interval_ns = static_cast<int64_t>(provider_->revalidate_seconds() * 1e9);
     interval_ns_.store(interval_ns, std::memory_order_release);
@@ -287,14 +304,8 @@ std::shared_ptr<const DirNode::Listing> DirNode::listing(InodeTable& table) {
     checked_ns_ = steady_ns();
     now = listing_;
   }
-  if (!changed.empty()) {
-    if (log::debug_enabled()) {
-      log::debug("directory inode " + std::to_string(ino()) + " listed again: " + std::to_string(changed.size()) +
-                 " name(s) changed, the first '" + changed.front() + "'");
-    }
-    // Still under list_mu_: the next relisting's names reach the listener after these.
-    if (TreeListener* t = table.listener()) t->names_changed(ino(), changed);
-  }
+  // Still under list_mu_: the next relisting's names reach the listener after these.
+  if (!changed.empty()) tell_changed(table, ino(), changed);
   return now;
 }
 

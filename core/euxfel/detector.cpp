@@ -126,33 +126,41 @@ std::shared_ptr<Detector> Detector::open(std::shared_ptr<Run> run, DetectorSourc
   return d;
 }
 
-void Detector::init() {
-  const size_t M = src_.modules.size();
-  auto refuse = [&](const std::string& why) {
-    usable_ = false;
-    errors_.push_back(why);
-  };
+namespace {
+
+using ModuleKeys = std::vector<std::map<std::string, KeyInfo>>;  // each module's keys by name
+
+// Why these module sources cannot make a detector: a module number from two sources, no module.
+std::vector<std::string> module_clashes(const DetectorSources& src) {
+  std::vector<std::string> why;
+  const size_t M = src.modules.size();
   for (size_t i = 1; i < M; ++i)
-    if (src_.modules[i].first == src_.modules[i - 1].first)
-      refuse("module " + std::to_string(src_.modules[i].first) + " comes from two sources (" +
-             src_.modules[i - 1].second + ", " + src_.modules[i].second + ")");
-  if (M == 0) refuse("no module sources");
-  if (!usable_) return;
+    if (src.modules[i].first == src.modules[i - 1].first)
+      why.push_back("module " + std::to_string(src.modules[i].first) + " comes from two sources (" +
+                    src.modules[i - 1].second + ", " + src.modules[i].second + ")");
+  if (M == 0) why.push_back("no module sources");
+  return why;
+}
 
-  // Keys of every module; the main key must be in all of them.
-  std::vector<std::map<std::string, KeyInfo>> mod_keys(M);
+// The keys of every module; `why` gets a line for each module without the main key.
+ModuleKeys module_keys(Run& run, const DetectorSources& src, std::vector<std::string>& why) {
+  const size_t M = src.modules.size();
+  ModuleKeys mod_keys(M);
   for (size_t i = 0; i < M; ++i) {
-    for (KeyInfo& k : run_->keys(src_.modules[i].second)) mod_keys[i][k.name] = std::move(k);
-    if (!mod_keys[i].count(src_.main_key))
-      refuse(src_.modules[i].second + " has no key " + src_.main_key);
+    for (KeyInfo& k : run.keys(src.modules[i].second)) mod_keys[i][k.name] = std::move(k);
+    if (!mod_keys[i].count(src.main_key))
+      why.push_back(src.modules[i].second + " has no key " + src.main_key);
   }
-  if (!usable_) return;
+  return mod_keys;
+}
 
-  // mod_data_counts: counts of the main key per train and module (missing = 0).
-  const std::string main_group = src_.main_key.substr(0, src_.main_key.find('.'));
+// mod_data_counts: counts of the main key per train and module (missing = 0).
+std::map<uint64_t, std::vector<uint64_t>> module_counts(Run& run, const DetectorSources& src,
+                                                        const std::string& main_group) {
+  const size_t M = src.modules.size();
   std::map<uint64_t, std::vector<uint64_t>> counts;
   for (size_t i = 0; i < M; ++i) {
-    auto gi = run_->group_index(src_.modules[i].second, main_group);
+    auto gi = run.group_index(src.modules[i].second, main_group);
     for (const Block& b : gi->blocks)
       for (size_t k = 0; k < b.train_ids.size(); ++k) {
         auto& v = counts[b.train_ids[k]];
@@ -160,7 +168,70 @@ void Detector::init() {
         v[i] += b.counts[k];
       }
   }
-  for (const auto& [tid, v] : counts) {
+  return counts;
+}
+
+// Why key `name` (eg: as the first module has it) is not the same in every module: missing
+// from one, or of another dtype or entry shape there; "" when it is.
+std::string module_mismatch(const std::string& name, const KeyInfo& eg, const ModuleKeys& mod_keys,
+                            const DetectorSources& src) {
+  for (size_t i = 1; i < mod_keys.size(); ++i) {
+    auto it = mod_keys[i].find(name);
+    if (it == mod_keys[i].end() || !it->second.is_array)
+      return "not in every module (" + src.modules[i].second + ")";
+    if (!same_type(it->second.dtype, eg.dtype) || it->second.entry_shape != eg.entry_shape)
+      return src.modules[i].second + " has dtype " + it->second.dtype.typestr + " entry " +
+             shape_str(it->second.entry_shape) + ", module " + std::to_string(src.modules[0].first) + " " +
+             eg.dtype.typestr + " " + shape_str(eg.entry_shape);
+  }
+  return "";
+}
+
+// Sets k's frames-first shape (virtual CXI layout) where it has one: XTDF per-frame keys;
+// JUNGFRAU keys with one entry per train whose first axis is the memory cells.
+void frames_first_layout(StackedKeyInfo& k, const DetectorSources& src, const std::string& main_group,
+                         uint64_t cells, const Shape& inner) {
+  bool slots_ok = true;
+  for (const auto& [n, s] : src.modules)
+    if (n < src.modnos_start_at || n - src.modnos_start_at >= src.n_modules) slots_ok = false;
+  if (!k.error.empty() || !slots_ok) return;
+  if (k.per_frame) {
+    k.frames_first = true;
+    k.frames_first_shape = cat(Shape{k.rows, uint64_t(src.n_modules)}, inner);
+  } else if (!src.xtdf && k.group == main_group) {
+    if (cells > 1 && !k.file_entry.empty() && k.file_entry[0] == cells) {
+      k.frames_first = true;
+      k.cells = cells;
+      k.frames_first_shape = cat(Shape{k.rows * cells, uint64_t(src.n_modules)},
+                                 Shape(k.file_entry.begin() + 1, k.file_entry.end()));
+    } else if (cells == 1) {
+      k.frames_first = true;
+      bool sq = !k.file_entry.empty() && k.file_entry[0] == 1;
+      k.frames_first_shape = cat(Shape{k.rows, uint64_t(src.n_modules)},
+                                 sq ? Shape(k.file_entry.begin() + 1, k.file_entry.end()) : k.file_entry);
+    }
+  }
+}
+
+}  // namespace
+
+void Detector::init() {
+  const size_t M = src_.modules.size();
+  auto refuse = [&](const std::string& why) {
+    usable_ = false;
+    errors_.push_back(why);
+  };
+  for (const std::string& why : module_clashes(src_)) refuse(why);
+  if (!usable_) return;
+
+  // Keys of every module; the main key must be in all of them.
+  std::vector<std::string> why;
+  const ModuleKeys mod_keys = module_keys(*run_, src_, why);
+  for (const std::string& w : why) refuse(w);
+  if (!usable_) return;
+
+  const std::string main_group = src_.main_key.substr(0, src_.main_key.find('.'));
+  for (const auto& [tid, v] : module_counts(*run_, src_, main_group)) {
     std::set<uint64_t> vals(v.begin(), v.end());
     vals.erase(0);
     if (vals.size() > 1) {
@@ -196,16 +267,7 @@ void Detector::init() {
     k.per_frame = src_.xtdf && name.rfind("image.", 0) == 0;
     k.dtype = eg.dtype;
     k.file_entry = eg.entry_shape;
-    for (size_t i = 1; i < M && k.error.empty(); ++i) {
-      auto it = mod_keys[i].find(name);
-      if (it == mod_keys[i].end() || !it->second.is_array)
-        k.error = "not in every module (" + src_.modules[i].second + ")";
-      else if (!same_type(it->second.dtype, eg.dtype) || it->second.entry_shape != eg.entry_shape)
-        k.error = src_.modules[i].second + " has dtype " + it->second.dtype.typestr + " entry " +
-                  shape_str(it->second.entry_shape) + ", module " +
-                  std::to_string(src_.modules[0].first) + " " + eg.dtype.typestr + " " +
-                  shape_str(eg.entry_shape);
-    }
+    k.error = module_mismatch(name, eg, mod_keys, src_);
     if (k.error.empty()) {
       auto gm = group_map(k.group, k.per_frame);
       if (!gm->error.empty()) k.error = gm->error;
@@ -214,30 +276,7 @@ void Detector::init() {
     k.rows = k.per_frame ? perframe_.size() : train_ids_.size();
     Shape inner = k.squeeze ? Shape(k.file_entry.begin() + 1, k.file_entry.end()) : k.file_entry;
     k.shape = cat(Shape{uint64_t(M), k.rows}, inner);
-    // Frames first (virtual CXI layout): XTDF per-frame keys; JUNGFRAU keys with one entry per
-    // train whose first axis is the memory cells.
-    bool slots_ok = true;
-    for (const auto& [n, s] : src_.modules)
-      if (n < src_.modnos_start_at || n - src_.modnos_start_at >= src_.n_modules) slots_ok = false;
-    if (k.error.empty() && slots_ok) {
-      if (k.per_frame) {
-        k.frames_first = true;
-        k.frames_first_shape = cat(Shape{k.rows, uint64_t(src_.n_modules)}, inner);
-      } else if (!src_.xtdf && k.group == main_group) {
-        if (cells_ > 1 && !k.file_entry.empty() && k.file_entry[0] == cells_) {
-          k.frames_first = true;
-          k.cells = cells_;
-          k.frames_first_shape = cat(Shape{k.rows * cells_, uint64_t(src_.n_modules)},
-                                     Shape(k.file_entry.begin() + 1, k.file_entry.end()));
-        } else if (cells_ == 1) {
-          k.frames_first = true;
-          bool sq = !k.file_entry.empty() && k.file_entry[0] == 1;
-          k.frames_first_shape =
-              cat(Shape{k.rows, uint64_t(src_.n_modules)},
-                  sq ? Shape(k.file_entry.begin() + 1, k.file_entry.end()) : k.file_entry);
-        }
-      }
-    }
+    frames_first_layout(k, src_, main_group, cells_, inner);
     keys_.push_back(std::move(k));
   }
 }

@@ -103,6 +103,82 @@ struct LoadedFile {
   std::string error;  // non-empty: skipped
 };
 
+// Fills l for the file at `path`: from its files map entry k when there is one, else read from
+// the file (with the run's metadata: `with_metadata`); l.error says why a file cannot be read.
+void load_file(LoadedFile& l, const std::string& path, const KnownFile* k, H5Files& files, bool with_metadata) {
+  l.sf.path = path;
+  l.sf.name = path.substr(path.find_last_of('/') + 1);
+  l.sf.size = file_size(path);
+  if (k) {
+    l.sf.from_map = true;
+    l.meta.train_ids = k->train_ids;
+    l.meta.valid = k->valid;
+    l.meta.control_sources = k->control_sources;
+    l.meta.instrument_sources = k->instrument_sources;
+    l.meta.legacy = k->legacy;
+    l.error.clear();
+    return;
+  }
+  try {
+    auto f = files.open(path);
+    l.meta = meta::read_sequence_file(*f, with_metadata);
+    l.error.clear();
+  } catch (const std::exception& e) {
+    l.error = e.what();
+  }
+}
+
+// The "opened N of M files" lines of a long scan (at info level): every kProgressFiles files,
+// or every 2 s. Called from the threads that open the files.
+class ScanProgress {
+ public:
+  ScanProgress(const std::string& dir, size_t files, bool long_scan, std::chrono::steady_clock::time_point t0)
+      : dir_(dir), files_(files), total_(std::to_string(files)), long_scan_(long_scan), last_(t0) {}
+
+  // One more file opened.
+  void opened_one() {
+    if (!long_scan_) return;
+    std::lock_guard<std::mutex> lk(mu_);
+    ++opened_;
+    const auto now = std::chrono::steady_clock::now();
+    if (opened_ < files_ && (opened_ % kProgressFiles == 0 || now - last_ >= std::chrono::seconds(2))) {
+      log::info("euxfel: " + dir_ + ": opened " + std::to_string(opened_) + " of " + total_ + " files");
+      last_ = now;
+    }
+  }
+
+ private:
+  const std::string& dir_;
+  const size_t files_;
+  const std::string total_;
+  const bool long_scan_;
+  std::mutex mu_;  // a leaf: only the progress line above
+  size_t opened_ = 0;
+  std::chrono::steady_clock::time_point last_;
+};
+
+// The SequenceFile of a file loaded: l.sf with what was read (l.meta) moved into it, but for its
+// notes and the run's metadata.
+SequenceFile sequence_file_of(LoadedFile& l) {
+  SequenceFile sf = std::move(l.sf);
+  meta::SequenceMeta& m = l.meta;
+  sf.format_version = std::move(m.format_version);
+  sf.train_ids = std::move(m.train_ids);
+  sf.valid = std::move(m.valid);
+  sf.control_sources = std::move(m.control_sources);
+  sf.instrument_sources = std::move(m.instrument_sources);
+  sf.legacy = std::move(m.legacy);
+  sf.source_groups = std::move(m.source_groups);
+  for (auto& [index_path, arrays] : m.index) {
+    auto fi = std::make_shared<FileIndex>();
+    fi->firsts = std::move(arrays.firsts);
+    fi->counts = std::move(arrays.counts);
+    fi->error = std::move(arrays.error);
+    sf.index[index_path] = std::move(fi);
+  }
+  return sf;
+}
+
 }  // namespace
 
 void Run::for_each_file(const std::vector<std::string>& paths, const std::function<void(size_t)>& fn) const {
@@ -127,41 +203,9 @@ void Run::load_files(const std::vector<std::string>& paths) {
   const bool run_is_new = files_.empty();
   std::vector<LoadedFile> loaded(paths.size());
   auto load = [&](size_t i, bool with_metadata) {
-    LoadedFile& l = loaded[i];
-    l.sf.path = paths[i];
-    l.sf.name = paths[i].substr(paths[i].find_last_of('/') + 1);
-    l.sf.size = file_size(paths[i]);
-    if (const KnownFile* k = known(paths[i])) {
-      l.sf.from_map = true;
-      l.meta.train_ids = k->train_ids;
-      l.meta.valid = k->valid;
-      l.meta.control_sources = k->control_sources;
-      l.meta.instrument_sources = k->instrument_sources;
-      l.meta.legacy = k->legacy;
-      l.error.clear();
-      return;
-    }
-    try {
-      auto f = h5files_.open(paths[i]);
-      l.meta = meta::read_sequence_file(*f, with_metadata);
-      l.error.clear();
-    } catch (const std::exception& e) {
-      l.error = e.what();
-    }
+    load_file(loaded[i], paths[i], known(paths[i]), h5files_, with_metadata);
   };
-  std::mutex progress_mu;  // a leaf: only the progress line below
-  size_t opened = 0;
-  auto last = t0;
-  auto progress = [&] {
-    if (!long_scan) return;
-    std::lock_guard<std::mutex> lk(progress_mu);
-    ++opened;
-    const auto now = std::chrono::steady_clock::now();
-    if (opened < to_read.size() && (opened % kProgressFiles == 0 || now - last >= std::chrono::seconds(2))) {
-      log::info("euxfel: " + dir_ + ": opened " + std::to_string(opened) + " of " + total + " files");
-      last = now;
-    }
-  };
+  ScanProgress progress(dir_, to_read.size(), long_scan, t0);
   for (size_t i = 0; i < paths.size(); ++i)
     if (known(paths[i])) load(i, false);
   std::vector<size_t> read_index;  // index into paths of to_read[k]
@@ -169,7 +213,7 @@ void Run::load_files(const std::vector<std::string>& paths) {
     if (!known(paths[i])) read_index.push_back(i);
   for_each_file(to_read, [&](size_t k) {
     load(read_index[k], run_is_new && read_index[k] == 0);
-    progress();
+    progress.opened_one();
   });
   for (size_t i = 0; i < loaded.size(); ++i) {
     LoadedFile& l = loaded[i];
@@ -185,22 +229,8 @@ void Run::load_files(const std::vector<std::string>& paths) {
         continue;
       }
     }
-    SequenceFile sf = std::move(l.sf);
+    SequenceFile sf = sequence_file_of(l);
     meta::SequenceMeta& m = l.meta;
-    sf.format_version = std::move(m.format_version);
-    sf.train_ids = std::move(m.train_ids);
-    sf.valid = std::move(m.valid);
-    sf.control_sources = std::move(m.control_sources);
-    sf.instrument_sources = std::move(m.instrument_sources);
-    sf.legacy = std::move(m.legacy);
-    sf.source_groups = std::move(m.source_groups);
-    for (auto& [index_path, arrays] : m.index) {
-      auto fi = std::make_shared<FileIndex>();
-      fi->firsts = std::move(arrays.firsts);
-      fi->counts = std::move(arrays.counts);
-      fi->error = std::move(arrays.error);
-      sf.index[index_path] = std::move(fi);
-    }
     for (const std::string& n : m.notes) note_error(n);
     if (files_.empty()) {
       format_version_ = sf.format_version;

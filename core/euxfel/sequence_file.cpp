@@ -34,29 +34,20 @@ std::vector<uint8_t> guess_valid_trains(const std::vector<uint64_t>& t) {
   return flag;
 }
 
-}  // namespace
-
-using detail::first_element;
-
-// What Run::load_files takes from one sequence file. In the daemon the whole of it is one HDF5
-// helper request (this runs there, in process: LocalMetadata): listing a run costs one round
-// trip per file.
-meta::SequenceMeta meta::detail::read_sequence_file_parts(H5File& f, bool with_metadata, bool with_index) {
-  SequenceMeta m;
-  // One libhdf5 call per item: each read is its own existence check.
-  const std::string name = f.path().substr(f.path().find_last_of('/') + 1);
-  std::vector<uint64_t> tid;
-  if (!meta::try_read_u64(f, "/INDEX/trainId", tid))
-    fail(EIO, "INDEX/trainId dataset not found");
+// The file's dataFormatVersion; "0.5" where it has none.
+std::string format_version(H5File& f) {
   try {
     auto v = meta::read_strings(f, "/METADATA/dataFormatVersion");
-    m.format_version = v.empty() ? "0.5" : v[0];
+    return v.empty() ? "0.5" : v[0];
   } catch (const Error& e) {
     if (e.code() != ENOENT) throw;
-    m.format_version = "0.5";
+    return "0.5";
   }
-  for (uint64_t t : tid)
-    if (t != 0) m.train_ids.push_back(t);
+}
+
+// m.valid: the validity flag of each of m.train_ids (INDEX/flag, guessed for format 0.5, all
+// valid, with a note, where a later format has no flags).
+void read_valid(H5File& f, const std::string& name, meta::SequenceMeta& m) {
   std::vector<int64_t> flag;
   if (m.format_version == "0.5") {
     m.valid = guess_valid_trains(m.train_ids);
@@ -71,17 +62,25 @@ meta::SequenceMeta meta::detail::read_sequence_file_parts(H5File& f, bool with_m
     m.valid.assign(m.train_ids.size(), 1);
     m.notes.push_back(name + ": format " + m.format_version + " without INDEX/flag: all trains taken as valid");
   }
-  std::string src_path = m.format_version == "0.5" ? "/METADATA/dataSourceId"
-                                                     : "/METADATA/dataSources/dataSourceId";
-  std::vector<std::string> source_ids;
+}
+
+// The file's source IDs (METADATA's dataSourceId); Error(EIO) where it has none.
+std::vector<std::string> source_ids(H5File& f, const std::string& format_version) {
+  std::string src_path = format_version == "0.5" ? "/METADATA/dataSourceId"
+                                                   : "/METADATA/dataSources/dataSourceId";
   try {
-    source_ids = meta::read_strings(f, src_path);
+    return meta::read_strings(f, src_path);
   } catch (const Error& e) {
     if (e.code() != ENOENT) throw;
     fail(EIO, src_path + " not found");
   }
+}
+
+// m's control and instrument sources, their groups and the legacy names among them, from the
+// file's source IDs.
+void read_sources(H5File& f, meta::SequenceMeta& m) {
   std::set<std::string> control, instrument;
-  for (const std::string& id : source_ids) {
+  for (const std::string& id : source_ids(f, m.format_version)) {
     if (id.empty()) continue;
     size_t slash = id.find('/');
     std::string category = id.substr(0, slash);
@@ -114,7 +113,11 @@ meta::SequenceMeta meta::detail::read_sequence_file_parts(H5File& f, bool with_m
   }
   m.control_sources.assign(control.begin(), control.end());
   m.instrument_sources.assign(instrument.begin(), instrument.end());
-  // With with_index, the INDEX arrays of every (source, group), while the file is open.
+}
+
+// Sorts each source's groups (duplicates dropped) and, with with_index, reads the INDEX arrays
+// of every (source, group), while the file is open.
+void read_index_arrays(H5File& f, bool with_index, meta::SequenceMeta& m) {
   for (auto& [source, groups] : m.source_groups) {
     std::sort(groups.begin(), groups.end());
     groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
@@ -124,21 +127,45 @@ meta::SequenceMeta meta::detail::read_sequence_file_parts(H5File& f, bool with_m
     for (size_t gi = 0; gi < groups.size(); ++gi)
       m.index[base + (groups[gi].empty() ? "" : "/" + groups[gi])] = std::move(arrays[gi]);
   }
-  if (with_metadata) {
-    if (m.format_version == "0.5") {
-      m.metadata_values.emplace_back("dataFormatVersion", Value::string("0.5"));
-    } else {
-      for (const std::string& n : meta::list_members(f, "/METADATA")) {
-        std::string p = "/METADATA/" + n;
-        if (!meta::is_dataset(f, p)) continue;
-        try {
-          m.metadata_values.emplace_back(n, first_element(f.read_value(p, 1000)));
-        } catch (const std::exception& e) {
-          log::debug("euxfel: " + f.path() + ":" + p + ": " + e.what());
-        }
+}
+
+// m.metadata_values: the first element of each dataset in METADATA (what cannot be read is
+// left out, at debug level).
+void read_metadata_values(H5File& f, meta::SequenceMeta& m) {
+  if (m.format_version == "0.5") {
+    m.metadata_values.emplace_back("dataFormatVersion", Value::string("0.5"));
+  } else {
+    for (const std::string& n : meta::list_members(f, "/METADATA")) {
+      std::string p = "/METADATA/" + n;
+      if (!meta::is_dataset(f, p)) continue;
+      try {
+        m.metadata_values.emplace_back(n, detail::first_element(f.read_value(p, 1000)));
+      } catch (const std::exception& e) {
+        log::debug("euxfel: " + f.path() + ":" + p + ": " + e.what());
       }
     }
   }
+}
+
+}  // namespace
+
+// What Run::load_files takes from one sequence file. In the daemon the whole of it is one HDF5
+// helper request (this runs there, in process: LocalMetadata): listing a run costs one round
+// trip per file.
+meta::SequenceMeta meta::detail::read_sequence_file_parts(H5File& f, bool with_metadata, bool with_index) {
+  SequenceMeta m;
+  // One libhdf5 call per item: each read is its own existence check.
+  const std::string name = f.path().substr(f.path().find_last_of('/') + 1);
+  std::vector<uint64_t> tid;
+  if (!meta::try_read_u64(f, "/INDEX/trainId", tid))
+    fail(EIO, "INDEX/trainId dataset not found");
+  m.format_version = format_version(f);
+  for (uint64_t t : tid)
+    if (t != 0) m.train_ids.push_back(t);
+  read_valid(f, name, m);
+  read_sources(f, m);
+  read_index_arrays(f, with_index, m);
+  if (with_metadata) read_metadata_values(f, m);
   return m;
 }
 

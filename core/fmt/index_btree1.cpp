@@ -35,96 +35,140 @@ std::string key_str(const Key& k) {
 
 constexpr uint64_t kNodeHint = 8192;
 
-void read_btree_v1(IndexContext& ctx) {
-  const size_t rank = ctx.rank();
-  const size_t O = ctx.geo.sizeof_offsets;
-  const size_t key_size = 8 + 8 * (rank + 1);
-  const size_t header = 8 + 2 * O;
-  std::vector<Node> stack{{ctx.layout.index_addr, -1, {}, {}}};
-  std::unordered_set<uint64_t> visited;
+namespace {
+
+// One node as read: its level and entries, keys 0..n (scaled), then per child its address,
+// stored size, filter mask and whether its offsets are multiples of the chunk dimensions; per
+// key whether its element-size offset is 0. Reused from node to node.
+struct Entries {
+  int level = 0;
+  unsigned count = 0;
+  uint64_t bytes = 0;  // the node's header and body
   std::vector<Key> keys;
   std::vector<uint64_t> children;
   std::vector<uint32_t> sizes, masks;
   std::vector<bool> aligned, elem_zero;
+};
+
+// Reads the node at w (expected at `expected_level`, -1 for the root) into e: its header
+// checked, then all of it in one read, its keys and children decoded.
+void read_node(IndexContext& ctx, const Where& w, int expected_level, Entries& e) {
+  const size_t rank = ctx.rank();
+  const size_t O = ctx.geo.sizeof_offsets;
+  const size_t key_size = 8 + 8 * (rank + 1);
+  const size_t header = 8 + 2 * O;
+  std::vector<uint8_t> head = ctx.read(w, header);
+  Cursor c(w, ctx.geo, head);
+  c.expect_signature("TREE");
+  const unsigned type = c.u8();
+  const int level = c.u8();
+  const unsigned entries = c.u16();
+  if (type != 1) fail_at(w, "node type " + std::to_string(type) + ", expected 1 (raw data chunks)");
+  if (expected_level >= 0 && level != expected_level)
+    fail_at(w, "level " + std::to_string(level) + ", expected " + std::to_string(expected_level));
+  const uint64_t body = uint64_t(entries + 1) * key_size + uint64_t(entries) * O;
+  std::vector<uint8_t> buf = ctx.read(w, header + body);
+  Cursor b(w, ctx.geo, buf);
+  b.seek(header);
+  e.level = level;
+  e.count = entries;
+  e.bytes = header + body;
+  e.keys.assign(entries + 1, Key(rank + 1));
+  e.children.assign(entries, 0);
+  e.sizes.assign(entries, 0);
+  e.masks.assign(entries, 0);
+  e.aligned.assign(entries, true);
+  e.elem_zero.assign(entries + 1, true);
+  for (unsigned i = 0; i <= entries; ++i) {
+    const uint32_t size = b.u32();
+    const uint32_t mask = b.u32();
+    bool al = true;
+    for (size_t k = 0; k <= rank; ++k) {
+      const uint64_t off = b.u64();
+      const uint64_t dim = k < rank ? ctx.layout.chunk_dims[k] : ctx.layout.chunk_elem_size;
+      e.keys[i][k] = off / dim;
+      al &= k == rank || off % dim == 0;
+      if (k == rank) e.elem_zero[i] = off == 0;
+    }
+    if (i == entries) break;  // the last key bounds the last child; no child follows it
+    e.sizes[i] = size;
+    e.masks[i] = mask;
+    e.aligned[i] = al;
+    e.children[i] = b.rel_addr();
+  }
+}
+
+// Fails at w on a damaged entry: keys out of order or outside the parent's bounds, an
+// undefined child, an element-size offset other than 0.
+void check_entries(const Where& w, const Node& node, const Entries& e) {
+  for (unsigned i = 0; i < e.count; ++i) {
+    const std::string entry = "entry " + std::to_string(i) + " (key " + key_str(e.keys[i]) + ")";
+    if (!(e.keys[i] < e.keys[i + 1]))
+      fail_at(w, entry + " not below the next key " + key_str(e.keys[i + 1]) +
+                     ": keys out of order (a damaged chunk index key)");
+    if ((!node.lo.empty() && e.keys[i] < node.lo) || (!node.hi.empty() && !(e.keys[i] < node.hi)))
+      fail_at(w, entry + " outside the keys its parent gives it, [" + key_str(node.lo) + ", " +
+                     key_str(node.hi) + "): a damaged chunk index key");
+    if (e.children[i] == kUndefAddr) fail_at(w, "undefined child address in " + entry);
+    // A chunk's key (and a subtree's first key, a copy of one) has 0 in the element-size
+    // dimension. libhdf5 compares that dimension too, so it never finds a chunk whose key
+    // says otherwise (it serves fill there): the key is damaged, the chunk not to be trusted.
+    if (!e.elem_zero[i])
+      fail_at(w, entry + ": element-size offset not 0 (a damaged chunk index key)");
+  }
+}
+
+// Asks the source for all the children of an internal node at once (a hint, see below).
+void prefetch_children(IndexContext& ctx, const Where& w, const Entries& e) {
+  // An internal node's children are read next, one after another: ask the source for all
+  // of them at once first (a cold index on slow storage is one round trip per node otherwise;
+  // the header is enough to bring a node's page in, the rest follows it in the file).
+  // A node is stored at its full capacity (2K entries), which no node records: the hint asks
+  // for at least kNodeHint bytes, a full node of HDF5's default K (32) or twice it at ranks up
+  // to 4; a larger node costs its reader one more round trip, never a wrong byte.
+  std::vector<std::pair<uint64_t, uint64_t>> next;
+  for (unsigned i = 0; i < e.count; ++i)
+    next.emplace_back(to_absolute(w, ctx.geo, e.children[i]), std::max<uint64_t>(e.bytes, kNodeHint));
+  ctx.src.prefetch(next);
+}
+
+// Puts an internal node's children on the stack, each with the keys it must lie in.
+void push_children(const IndexContext& ctx, const Where& w, const Node& node, const Entries& e,
+                   std::vector<Node>& stack) {
+  // Children are pushed in reverse so that they are visited in key order.
+  for (unsigned i = e.count; i-- > 0;) {
+    Key hi = e.keys[i + 1];
+    if (!node.hi.empty() && node.hi < hi) hi = node.hi;
+    stack.push_back({to_absolute(w, ctx.geo, e.children[i]), e.level - 1, e.keys[i], std::move(hi)});
+  }
+}
+
+// Records the chunks of a leaf node; fails on one whose offset is not chunk-aligned.
+void add_chunks(IndexContext& ctx, const Where& w, const Entries& e) {
+  for (unsigned i = 0; i < e.count; ++i) {
+    if (!e.aligned[i]) fail_at(w, "chunk offset " + key_str(e.keys[i]) + " not a multiple of the chunk dimensions");
+    ctx.add(w, e.keys[i].data(), e.children[i], e.sizes[i], e.masks[i]);
+  }
+}
+
+}  // namespace
+
+void read_btree_v1(IndexContext& ctx) {
+  std::vector<Node> stack{{ctx.layout.index_addr, -1, {}, {}}};
+  std::unordered_set<uint64_t> visited;
+  Entries e;
   while (!stack.empty()) {
     const Node node = std::move(stack.back());
     stack.pop_back();
     Where w = ctx.where("v1 B-tree node", node.addr);
     if (!visited.insert(node.addr).second) fail_at(w, "node visited twice (loop in the B-tree)");
-    std::vector<uint8_t> head = ctx.read(w, header);
-    Cursor c(w, ctx.geo, head);
-    c.expect_signature("TREE");
-    const unsigned type = c.u8();
-    const int level = c.u8();
-    const unsigned entries = c.u16();
-    if (type != 1) fail_at(w, "node type " + std::to_string(type) + ", expected 1 (raw data chunks)");
-    if (node.level >= 0 && level != node.level)
-      fail_at(w, "level " + std::to_string(level) + ", expected " + std::to_string(node.level));
-    const uint64_t body = uint64_t(entries + 1) * key_size + uint64_t(entries) * O;
-    std::vector<uint8_t> buf = ctx.read(w, header + body);
-    Cursor b(w, ctx.geo, buf);
-    b.seek(header);
-    keys.assign(entries + 1, Key(rank + 1));
-    children.assign(entries, 0);
-    sizes.assign(entries, 0);
-    masks.assign(entries, 0);
-    aligned.assign(entries, true);
-    elem_zero.assign(entries + 1, true);
-    for (unsigned i = 0; i <= entries; ++i) {
-      const uint32_t size = b.u32();
-      const uint32_t mask = b.u32();
-      bool al = true;
-      for (size_t k = 0; k <= rank; ++k) {
-        const uint64_t off = b.u64();
-        const uint64_t dim = k < rank ? ctx.layout.chunk_dims[k] : ctx.layout.chunk_elem_size;
-        keys[i][k] = off / dim;
-        al &= k == rank || off % dim == 0;
-        if (k == rank) elem_zero[i] = off == 0;
-      }
-      if (i == entries) break;  // the last key bounds the last child; no child follows it
-      sizes[i] = size;
-      masks[i] = mask;
-      aligned[i] = al;
-      children[i] = b.rel_addr();
-    }
-    for (unsigned i = 0; i < entries; ++i) {
-      const std::string entry = "entry " + std::to_string(i) + " (key " + key_str(keys[i]) + ")";
-      if (!(keys[i] < keys[i + 1]))
-        fail_at(w, entry + " not below the next key " + key_str(keys[i + 1]) +
-                       ": keys out of order (a damaged chunk index key)");
-      if ((!node.lo.empty() && keys[i] < node.lo) || (!node.hi.empty() && !(keys[i] < node.hi)))
-        fail_at(w, entry + " outside the keys its parent gives it, [" + key_str(node.lo) + ", " +
-                       key_str(node.hi) + "): a damaged chunk index key");
-      if (children[i] == kUndefAddr) fail_at(w, "undefined child address in " + entry);
-      // A chunk's key (and a subtree's first key, a copy of one) has 0 in the element-size
-      // dimension. libhdf5 compares that dimension too, so it never finds a chunk whose key
-      // says otherwise (it serves fill there): the key is damaged, the chunk not to be trusted.
-      if (!elem_zero[i])
-        fail_at(w, entry + ": element-size offset not 0 (a damaged chunk index key)");
-    }
-    // An internal node's children are read next, one after another: ask the source for all
-    // of them at once first (a cold index on slow storage is one round trip per node otherwise;
-    // the header is enough to bring a node's page in, the rest follows it in the file).
-    // A node is stored at its full capacity (2K entries), which no node records: the hint asks
-    // for at least kNodeHint bytes, a full node of HDF5's default K (32) or twice it at ranks up
-    // to 4; a larger node costs its reader one more round trip, never a wrong byte.
-    if (level > 0 && entries > 1) {
-      std::vector<std::pair<uint64_t, uint64_t>> next;
-      for (unsigned i = 0; i < entries; ++i)
-        next.emplace_back(to_absolute(w, ctx.geo, children[i]), std::max<uint64_t>(header + body, kNodeHint));
-      ctx.src.prefetch(next);
-    }
-    // Children are pushed in reverse so that they are visited in key order.
-    for (unsigned i = entries; i-- > 0;) {
-      if (level == 0) continue;
-      Key hi = keys[i + 1];
-      if (!node.hi.empty() && node.hi < hi) hi = node.hi;
-      stack.push_back({to_absolute(w, ctx.geo, children[i]), level - 1, keys[i], std::move(hi)});
-    }
-    if (level != 0) continue;
-    for (unsigned i = 0; i < entries; ++i) {
-      if (!aligned[i]) fail_at(w, "chunk offset " + key_str(keys[i]) + " not a multiple of the chunk dimensions");
-      ctx.add(w, keys[i].data(), children[i], sizes[i], masks[i]);
+    read_node(ctx, w, node.level, e);
+    check_entries(w, node, e);
+    if (e.level > 0 && e.count > 1) prefetch_children(ctx, w, e);
+    if (e.level != 0) {
+      push_children(ctx, w, node, e, stack);
+    } else {
+      add_chunks(ctx, w, e);
     }
   }
 }

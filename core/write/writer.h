@@ -10,7 +10,8 @@
 //   existing contiguous datasets (option write_existing): pwrite in place.
 // Knows nothing of FUSE, .npy or JSON. Byte offsets are those of the array's C-order bytes.
 // Side: daemon (the public interface of the write path; no libhdf5). The files of core/write/:
-//   assemble.cpp    (daemon) Writer, its files, the contiguous and chunked dataset writers
+//   assemble.cpp    (daemon) Writer, its files, the contiguous dataset writer
+//   chunked_writer.cpp (daemon) the chunked dataset writer (dataset_writers.h: what the two share)
 //   remote_file.cpp (daemon) the WriteFile of the daemon: requests to the file's writer process
 //   helper/local_file.cpp    (helper side) the WriteFile that calls libhdf5 in process
 //   helper/write_server.cpp  (helper side) the writer process's answers (helper::serve_write)
