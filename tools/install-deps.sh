@@ -11,7 +11,8 @@ PKGS=(build-essential cmake pkg-config clang libclang-rt-14-dev
       python3-xarray
       hdf5-filter-plugin hdf5-filter-plugin-blosc-serial hdf5-plugin-lzf
       mount util-linux  # mount(8), mountpoint, setpriv: test_mount_safety.py
-      rsync)            # copies of a mounted tree: test_du_and_copies.py
+      rsync             # copies of a mounted tree: test_du_and_copies.py
+      linux-perf)       # where a warm read's CPU goes: bench/bench_delivery.py --perf
 if [ "${1:-}" = "--list" ]; then
   printf '%s\n' "${PKGS[@]}"
   exit 0
