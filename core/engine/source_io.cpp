@@ -40,6 +40,19 @@ uint64_t SourceIo::request_end(uint64_t at, uint64_t piece, uint64_t end) {
   return cut >= end || end - cut < a ? end : cut;
 }
 
+std::vector<std::pair<uint64_t, uint64_t>> SourceIo::pieces(uint64_t off, uint64_t n, uint64_t piece) {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  if (n == 0) return out;
+  const uint64_t count = (n + piece - 1) / piece;
+  const uint64_t each = (n + count - 1) / count;  // about equal
+  for (uint64_t at = off; at < off + n;) {
+    const uint64_t cut = request_end(at, each, off + n);
+    out.emplace_back(at, cut - at);
+    at = cut;
+  }
+  return out;
+}
+
 // ---- Reads -------------------------------------------------------------------------------------
 
 void SourceIo::read(const OpenFd& fd, void* buf, uint64_t n, uint64_t off, bool cold, Kind kind) {
@@ -78,15 +91,10 @@ void SourceIo::read_stored(const Source& s, void* buf, uint64_t n, uint64_t off,
     read(*fd, buf, n, off, cold);
   } else {
     // One large chunk costs one round trip, not its size over one request's bandwidth.
-    const uint64_t count = (n + piece - 1) / piece;
-    const uint64_t each = (n + count - 1) / count;  // about equal
     std::vector<std::function<void()>> tasks;
     auto* out = static_cast<uint8_t*>(buf);
-    for (uint64_t at = off; at < off + n;) {
-      const uint64_t cut = request_end(at, each, off + n);
-      tasks.push_back([this, &fd, dst = out + (at - off), len = cut - at, at] { read(*fd, dst, len, at, true); });
-      at = cut;
-    }
+    for (const auto& [at, len] : pieces(off, n, piece))
+      tasks.push_back([this, &fd, dst = out + (at - off), len = len, at = at] { read(*fd, dst, len, at, true); });
     engine_.pool().run_all(tasks, s.key);
   }
   storage_.recheck(s);
@@ -132,18 +140,12 @@ void SourceIo::plan_runs(const SourcePtr& s, const std::vector<ByteRun>& runs, R
     batch.clear();
     batch_bytes = 0;
   };
-  for (ByteRun r : runs) {
+  for (const ByteRun& r : runs) {
     if (r.n >= kMinRequest) {  // a request of its own, or several in parallel
       flush();
-      const uint64_t n_pieces = (r.n + piece - 1) / piece;
-      const uint64_t each = (r.n + n_pieces - 1) / n_pieces;  // about equal: no short tail request
-      while (r.n > 0) {
-        const uint64_t n = request_end(r.src, each, r.src + r.n) - r.src;
-        batch.push_back({r.src, r.dst, n});
+      for (const auto& [at, len] : pieces(r.src, r.n, piece)) {
+        batch.push_back({at, r.dst + (at - r.src), len});
         flush();
-        r.src += n;
-        r.dst += n;
-        r.n -= n;
       }
       continue;
     }
@@ -322,9 +324,7 @@ std::function<void()> SourceIo::group_task(const SourcePtr& s, std::vector<Chunk
         // 4 KiB, a tenth of the daemon's CPU on a cold deflate read): groups are at most
         // kMaxScratchRequest, so one pooled size serves them all.
         auto buf = engine_.buffers().get(std::max<uint64_t>(hi - lo, kMaxScratchRequest));
-        auto fd = storage_.open(*s);
-        read(*fd, buf->data(), hi - lo, lo, !storage_.resident(*fd, lo, hi - lo));
-        storage_.recheck(*s);
+        read_stored(*s, buf->data(), hi - lo, lo, 0);
         engine_.stats().merged_requests.fetch_add(1, std::memory_order_relaxed);
         stored = std::move(buf);
       } catch (const std::exception&) {

@@ -138,6 +138,9 @@ class SourceIo {
   // past `end`: on a multiple of kMinRequest (the piece rounded to whole such blocks, at least
   // one), or at `end` when less than a block would be left after it.
   static uint64_t request_end(uint64_t at, uint64_t piece, uint64_t end);
+  // [off, off + n) cut into about equal requests of about `piece` bytes (no short tail request),
+  // each ending where request_end says: (offset, length) each.
+  static std::vector<std::pair<uint64_t, uint64_t>> pieces(uint64_t off, uint64_t n, uint64_t piece);
 
   // Whether a reply may splice [off, off + n) of `fd` from the page cache: only when all of it is
   // there. A splice reads what is missing inside the request, one request at a time; cold bytes
