@@ -14,13 +14,11 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/h5fixture.h"
-#include "vfs/providers.h"
+#include "tests/support/vfs_fixture.h"
 #include "vfs/read_reply.h"
 #include "vfs/vfs.h"
 
 using namespace h5d;
-using h5d::test::CoreOptions;
-using h5d::test::TestCore;
 using namespace h5d::vfs;
 
 TEST_CASE("reads in flight: a push is cut before the first read of its file it overlaps", "[vfs][reply]") {
@@ -63,12 +61,8 @@ TEST_CASE("a read's answer: its bytes, the rest of its chunk pushed, reads in fl
   test::write_dataset({path}, d);
   const std::vector<uint8_t> expected = test::h5_read_all(path, "/d");
 
-  CoreOptions eo;
-  eo.threads = 2;
-  TestCore engine(eo);
-  VfsOptions o;
-  Vfs fs(engine, engine.files, o, path);
-  install_builtin_providers(fs, o);
+  test::VfsOver v(path);
+  Vfs& fs = v.fs;
   const Attr npy = fs.lookup(Vfs::kRootIno, "d.npy");
   const uint64_t header = npy.size - expected.size();
   auto f = fs.open(npy.ino, O_RDONLY);
@@ -98,13 +92,13 @@ TEST_CASE("a read's answer: its bytes, the rest of its chunk pushed, reads in fl
     CHECK((hi <= header + chunk + 24576 || lo >= header + chunk + 28672));  // nor the other read's
     total += hi - lo;
   }
-  const nlohmann::json s = nlohmann::json::parse(fs.render_stats());
+  const nlohmann::json s = v.figures();
   CHECK(s["bytes_pushed"] == total);
 
   // A store the kernel refuses counts nothing.
   ReadReply refused = fs.answer_read(*f, npy.ino, header + 3 * chunk + 100, 100, means, 0, buf2);
   refused.push([](uint64_t, const char*, size_t) { return false; });
-  CHECK(nlohmann::json::parse(fs.render_stats())["bytes_pushed"] == total);
+  CHECK(v.figures()["bytes_pushed"] == total);
 
   // Without the means to push, an answer describes no push.
   ReadReply none = fs.answer_read(*f, npy.ino, header + 5 * chunk + 100, 100, ReplyMeans{}, 0, buf2);

@@ -13,14 +13,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/engine/engine.h"
 #include "tests/support/h5fixture.h"
-#include "vfs/providers.h"
+#include "tests/support/vfs_fixture.h"
 #include "vfs/vfs.h"
 
 using namespace h5d;
-using h5d::test::CoreOptions;
-using h5d::test::TestCore;
 using namespace h5d::vfs;
 
 namespace {
@@ -45,13 +42,9 @@ TEST_CASE("read figures: each read of data counted once, the same in stats.json 
   const std::vector<uint8_t> expected = test::h5_read_all(path, "/d");
   REQUIRE(expected.size() == 2000);
 
-  CoreOptions eo;
-  eo.threads = 2;
-  TestCore engine(eo);
-  VfsOptions o;
-  Vfs fs(engine, engine.files, o, path);
-  install_builtin_providers(fs, o);
-  auto figures = [&] { return nlohmann::json::parse(fs.render_stats()); };
+  test::VfsOver v(path);
+  Vfs& fs = v.fs;
+  auto figures = [&] { return v.figures(); };
   REQUIRE(figures()["reads"] == 0);
   REQUIRE(figures()["bytes_served"] == 0);
 
